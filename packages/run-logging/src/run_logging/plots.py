@@ -1,0 +1,88 @@
+"""PNG plots of a run's metrics.jsonl (matplotlib, Agg backend; imported only when plotting)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from run_logging.metrics_log import read_metrics
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: every metric whose name matches one of `patterns` (fnmatch), plotted against step."""
+
+    title: str
+    patterns: tuple[str, ...]
+
+
+def _series(rows: list[dict[str, object]], pattern: str) -> dict[str, tuple[list[int], list[float]]]:
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for row in rows:
+        for name, value in row.items():
+            if name != "step" and isinstance(value, int | float) and fnmatch.fnmatchcase(name, pattern):
+                xs, ys = out.setdefault(name, ([], []))
+                xs.append(int(row["step"]))  # type: ignore[arg-type]
+                ys.append(float(value))
+    return out
+
+
+def plot_metrics(
+    metrics_path: str | os.PathLike[str], out_png: str | os.PathLike[str], panels: Sequence[Panel]
+) -> Path:
+    """Writes one PNG with a subplot per panel; panels without data say so instead of staying blank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        found = {}
+        for pattern in panel.patterns:
+            found.update(_series(rows, pattern))
+        for name, (xs, ys) in sorted(found.items()):
+            ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=name)
+        if found:
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def plot_histogram(values: Sequence[float], out_png: str | os.PathLike[str], *, title: str, xlabel: str) -> Path:
+    """A histogram PNG (e.g. the staleness of trained tokens, in weight versions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    arr = np.asarray(values, dtype=float)
+    if arr.size:
+        bins = np.arange(arr.min(), arr.max() + 2) - 0.5 if np.all(arr == np.round(arr)) else 30
+        ax.hist(arr, bins=bins)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

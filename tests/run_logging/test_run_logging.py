@@ -1,0 +1,60 @@
+"""Run directory, crash-safe metrics lines, truncation on resume, and plots that contain the data."""
+
+import json
+
+import pytest
+from run_logging import MetricsLog, Panel, Progress, RunDir, plot_histogram, plot_metrics, read_metrics
+
+
+def test_run_dir_layout(tmp_path):
+    run = RunDir.create(tmp_path / "run")
+    for sub in ("rollouts", "validation", "checkpoints", "plots"):
+        assert (run.root / sub).is_dir()
+    assert run.rollouts(3).name == "3.jsonl" and run.validation(3).parent.name == "validation"
+    assert run.latest_checkpoint() is None
+    run.checkpoint(2).mkdir()
+    (run.checkpoint(2) / "COMPLETE").touch()
+    run.checkpoint(5).mkdir()  # incomplete: ignored
+    assert run.latest_checkpoint() == run.checkpoint(2)
+
+
+def test_metrics_lines_round_trip_and_skip_a_torn_tail(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.log(1, {"reward/mean": 0.5, "nan": float("nan")})
+    log.log(2, {"reward/mean": 0.75})
+    with log.path.open("a") as f:
+        f.write('{"step": 3, "rew')  # a crash in the middle of a write
+    rows = read_metrics(log.path)
+    assert rows == [{"step": 1, "reward/mean": 0.5, "nan": None}, {"step": 2, "reward/mean": 0.75}]
+
+
+def test_truncate_after_drops_later_steps(tmp_path):
+    log = MetricsLog(tmp_path / "m.jsonl")
+    for s in range(1, 6):
+        log.log(s, {"x": s})
+    assert log.truncate_after(3) == 2
+    assert [r["step"] for r in read_metrics(log.path)] == [1, 2, 3]
+
+
+def test_bad_metric_names_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match=r"expected string names other than 'step', got \['step'\]"):
+        MetricsLog(tmp_path / "m.jsonl").log(1, {"step": 2})
+
+
+def test_plot_has_one_line_per_matching_metric(tmp_path):
+    log = MetricsLog(tmp_path / "m.jsonl")
+    for s in range(1, 4):
+        log.log(s, {"reward/mean": s / 10, "val-core/add/acc/mean@4": s / 5})
+    png = plot_metrics(log.path, tmp_path / "p.png", [Panel("reward", ("reward/mean",)), Panel("val", ("val-core/*",))])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    hist = plot_histogram([0, 1, 1, 2], tmp_path / "h.png", title="staleness", xlabel="versions")
+    assert hist.exists()
+
+
+def test_progress_shows_latest_values(tmp_path):
+    bar = Progress(3, {"reward": "reward/mean"}, disable=True)
+    bar.update(1, {"reward/mean": 0.25})
+    bar.update(2, {"other": 1})
+    assert bar._last == {"reward": "0.25"}
+    bar.close()
+    json.dumps(bar._last)
