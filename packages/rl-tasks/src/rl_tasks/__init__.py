@@ -1,0 +1,43 @@
+"""Verifiable-reward tasks: the toy addition/sorting task, reward functions, verl-style dataset loaders.
+
+Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch and
+moe_models inside their functions.
+"""
+
+from rl_tasks.addition import ADDITION_SOURCE, AdditionSource
+from rl_tasks.dispatch import RewardByDataSource, UnknownDataSourceError
+from rl_tasks.exact_match import ExactMatchReward
+from rl_tasks.example import ChatMessage, TaskExample
+from rl_tasks.gsm8k import Gsm8kReward, extract_final_answer, normalize_number
+from rl_tasks.loaders import load_dataset_file, load_jsonl, load_parquet
+from rl_tasks.reward import RewardFn, RewardResult, RewardStats, ScoredResponse, ScoreStatus, score_safely
+from rl_tasks.sorting import SORT_SOURCE, SortSource
+from rl_tasks.toy_task import TaskSplits, ToyTaskConfig, build_splits, toy_reward_fn
+
+__all__ = [
+    "ADDITION_SOURCE",
+    "SORT_SOURCE",
+    "AdditionSource",
+    "ChatMessage",
+    "ExactMatchReward",
+    "Gsm8kReward",
+    "RewardByDataSource",
+    "RewardFn",
+    "RewardResult",
+    "RewardStats",
+    "ScoreStatus",
+    "ScoredResponse",
+    "SortSource",
+    "TaskExample",
+    "TaskSplits",
+    "ToyTaskConfig",
+    "UnknownDataSourceError",
+    "build_splits",
+    "extract_final_answer",
+    "load_dataset_file",
+    "load_jsonl",
+    "load_parquet",
+    "normalize_number",
+    "score_safely",
+    "toy_reward_fn",
+]

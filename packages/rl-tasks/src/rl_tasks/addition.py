@@ -1,0 +1,41 @@
+"""Multi-digit addition: `"12+345="` -> `"357"`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ADDITION_SOURCE = "addition"
+
+
+@dataclass(frozen=True)
+class AdditionSource:
+    """Both operands have a digit count drawn uniformly from `[min_digits, max_digits]`, then a value
+    uniformly among numbers with exactly that many digits (`0..9` counts as one digit), so short operands are
+    not swamped by long ones. Answers are 1 to `max_digits + 1` characters long."""
+
+    min_digits: int = 1
+    max_digits: int = 3
+    name: str = ADDITION_SOURCE
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_digits <= self.max_digits <= 18:
+            raise ValueError(
+                f"AdditionSource: expected 1 <= min_digits <= max_digits <= 18, "
+                f"got min_digits={self.min_digits}, max_digits={self.max_digits}"
+            )
+
+    @property
+    def alphabet(self) -> str:
+        return "0123456789+="
+
+    def _operand(self, rng: np.random.Generator) -> int:
+        digits = int(rng.integers(self.min_digits, self.max_digits + 1))
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        return int(rng.integers(low, 10**digits))
+
+    def sample(self, rng: np.random.Generator) -> tuple[str, str]:
+        """One `(prompt, answer)` pair."""
+        a, b = self._operand(rng), self._operand(rng)
+        return f"{a}+{b}=", str(a + b)

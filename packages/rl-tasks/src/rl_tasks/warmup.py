@@ -1,0 +1,249 @@
+"""Supervised warm-up that turns a random tiny MoE into an RL base checkpoint for the toy task.
+
+The checkpoint (HF format via `moe_models.save_pretrained`) is cached under `cache_root/warmup-<key>`, where
+`<key>` hashes the task config, the model config, the warm-up config and a format version; it is rebuilt
+when missing. A build happens in a temporary directory renamed into place only once complete (the metadata
+file `warmup.json` is its last file), so a crash never leaves a half-written cached checkpoint.
+
+Training sequences are `[bos] + prompt + answer + [eos]`; the loss covers only the answer and EOS tokens.
+torch and moe_models are imported inside the functions, so importing rl_tasks stays torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rl_tasks.example import TaskExample
+from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
+from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
+
+if TYPE_CHECKING:
+    import torch
+
+_FORMAT_VERSION = 1
+METADATA_FILE = "warmup.json"
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """`steps` optimizer steps of `examples_per_step` train examples each; AdamW at `lr` after a linear
+    ramp over `lr_warmup_steps`. `model_preset` names a `MoEConfig.preset`. `torch_threads` sets torch's
+    intra-op threads while warming up (None: leave torch's setting); the default is 1 because on a shared
+    2-core machine a second thread made each step several times slower (spinning), not faster."""
+
+    steps: int = 150
+    examples_per_step: int = 64
+    lr: float = 2e-3
+    lr_warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    model_preset: str = "tiny"
+    torch_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.examples_per_step < 1 or self.lr_warmup_steps < 0:
+            raise ValueError(
+                f"WarmupConfig: expected steps >= 0, examples_per_step >= 1, lr_warmup_steps >= 0, got "
+                f"{self.steps}, {self.examples_per_step}, {self.lr_warmup_steps}"
+            )
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError(f"WarmupConfig: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"WarmupConfig.torch_threads: expected None or >= 1, got {self.torch_threads}")
+
+    def cache_fields(self) -> dict[str, object]:
+        """Fields that change the weights (`torch_threads` does not)."""
+        d = dataclasses.asdict(self)
+        del d["torch_threads"]
+        return d
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    """Where the base checkpoint is and how it was made. `train_wall_s` and the accuracies are those
+    measured when it was built (read back from `warmup.json` when `cached`)."""
+
+    checkpoint_dir: Path
+    cached: bool
+    key: str
+    train_wall_s: float
+    final_loss: float | None
+    val_accuracy: float
+    val_accuracy_by_source: dict[str, float]
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The metadata stored beside the weights (the directory itself and `cached` are not stored)."""
+        d = dataclasses.asdict(self)
+        del d["checkpoint_dir"], d["cached"]
+        return d
+
+
+def build_task_tokenizer(task: ToyTaskConfig) -> TaskTokenizer:
+    from moe_models import build_char_tokenizer
+
+    return build_char_tokenizer(task.alphabet)
+
+
+def build_base_model_config(task: ToyTaskConfig, warmup: WarmupConfig, tokenizer: TaskTokenizer) -> object:
+    from moe_models import MoEConfig
+
+    return MoEConfig.preset(
+        warmup.model_preset,
+        vocab_size=tokenizer.vocab_size,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.pad_id,
+    )
+
+
+def warmup_key(task: ToyTaskConfig, warmup: WarmupConfig, model_config: object) -> str:
+    """Hash of everything that determines the checkpoint's weights."""
+    payload = {
+        "format": _FORMAT_VERSION,
+        "task": task.to_json_dict(),
+        "warmup": warmup.cache_fields(),
+        "model": dataclasses.asdict(model_config),  # type: ignore[call-overload]
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:20]
+
+
+def encode_training_batch(
+    tokenizer: TaskTokenizer, examples: list[TaskExample]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids [B, T], attention_mask [B, T] (right padding), loss_mask [B, T-1]: 1 where position t
+    predicts an answer or EOS token (target input_ids[:, t+1])."""
+    import torch
+
+    rows, starts = [], []
+    for ex in examples:
+        prompt = encode_prompt(tokenizer, ex.prompt)
+        rows.append([*prompt, *tokenizer.encode(ex.ground_truth), tokenizer.eos_id])
+        starts.append(len(prompt) - 1)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width - 1), dtype=torch.float32)
+    for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
+        ids[i, : len(row)] = torch.tensor(row)
+        attn[i, : len(row)] = 1
+        loss_mask[i, start : len(row) - 1] = 1.0
+    return ids, attn, loss_mask
+
+
+def _lr_at(step: int, cfg: WarmupConfig) -> float:
+    if cfg.lr_warmup_steps == 0:
+        return cfg.lr
+    return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup_steps)
+
+
+def train_warmup(
+    model: torch.nn.Module, tokenizer: TaskTokenizer, train: tuple[TaskExample, ...], cfg: WarmupConfig
+) -> float | None:
+    """Runs `cfg.steps` supervised steps in place; returns the mean loss over the last 10 steps (nats per
+    answer token), or None when `cfg.steps` is 0."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model.train()
+    losses: list[float] = []
+    for step in range(cfg.steps):
+        batch = [train[i] for i in rng.integers(0, len(train), size=cfg.examples_per_step)]
+        ids, attn, loss_mask = encode_training_batch(tokenizer, batch)
+        logits = model(ids, attn).logits[:, :-1].float()  # [B, T-1, V]
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, T-1]
+        loss = (nll * loss_mask).sum() / loss_mask.sum()
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    tail = losses[-10:]
+    return sum(tail) / len(tail) if tail else None
+
+
+def _build(task: ToyTaskConfig, warmup: WarmupConfig, key: str, out_dir: Path) -> WarmupResult:
+    """Trains, evaluates and saves into `out_dir` (which must not exist); `warmup.json` is written last."""
+    import torch
+    from moe_models import MoEForCausalLM, save_pretrained
+
+    tokenizer = build_task_tokenizer(task)
+    model_config = build_base_model_config(task, warmup, tokenizer)
+    splits = build_splits(task)
+    torch.manual_seed(warmup.seed)
+    model = MoEForCausalLM(model_config)
+    t0 = time.perf_counter()
+    final_loss = train_warmup(model, tokenizer, splits.train, warmup)
+    train_wall_s = time.perf_counter() - t0
+    ev = evaluate_greedy(
+        model, tokenizer, splits.validation, toy_reward_fn(task), max_new_tokens=task.max_answer_chars + 1
+    )
+    save_pretrained(model, out_dir, tokenizer)
+    result = WarmupResult(out_dir, False, key, train_wall_s, final_loss, ev.accuracy, ev.accuracy_by_source)
+    (out_dir / METADATA_FILE).write_text(json.dumps(result.to_json_dict(), indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def _read_cached(path: Path, key: str) -> WarmupResult:
+    meta = json.loads((path / METADATA_FILE).read_text())
+    if meta["key"] != key:
+        raise ValueError(f"{path / METADATA_FILE}: expected key {key}, got {meta['key']}")
+    return WarmupResult(
+        checkpoint_dir=path,
+        cached=True,
+        key=key,
+        train_wall_s=float(meta["train_wall_s"]),
+        final_loss=meta["final_loss"],
+        val_accuracy=float(meta["val_accuracy"]),
+        val_accuracy_by_source={str(k): float(v) for k, v in meta["val_accuracy_by_source"].items()},
+    )
+
+
+def ensure_base_checkpoint(
+    task: ToyTaskConfig, warmup: WarmupConfig, cache_root: str | Path = Path(".cache") / "warmup"
+) -> WarmupResult:
+    """The cached base checkpoint for (task, warmup, model config), built first if missing."""
+    import torch
+
+    cache_root = Path(cache_root)
+    tokenizer = build_task_tokenizer(task)
+    key = warmup_key(task, warmup, build_base_model_config(task, warmup, tokenizer))
+    final = cache_root / f"warmup-{key}"
+    if (final / METADATA_FILE).is_file():
+        return _read_cached(final, key)
+    if final.exists():
+        raise ValueError(
+            f"{final}: exists without {METADATA_FILE}; expected a complete cached checkpoint or none "
+            "(it was not written by ensure_base_checkpoint: delete it to rebuild)"
+        )
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = cache_root / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    threads = torch.get_num_threads()
+    try:
+        if warmup.torch_threads is not None:
+            torch.set_num_threads(warmup.torch_threads)
+        result = _build(task, warmup, key, tmp)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / METADATA_FILE).is_file():
+                raise
+            return _read_cached(final, key)  # another process finished the same build first
+    finally:
+        torch.set_num_threads(threads)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dataclasses.replace(result, checkpoint_dir=final)

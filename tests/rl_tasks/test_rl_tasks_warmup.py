@@ -1,0 +1,134 @@
+"""Supervised warm-up: loss masking, the on-disk cache, and a checkpoint that reloads to the same accuracy."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, load_pretrained, load_tokenizer
+from rl_tasks.example import TaskExample
+from rl_tasks.greedy_eval import evaluate_greedy
+from rl_tasks.sorting import SortSource
+from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
+from rl_tasks.warmup import (
+    METADATA_FILE,
+    WarmupConfig,
+    build_base_model_config,
+    build_task_tokenizer,
+    encode_training_batch,
+    ensure_base_checkpoint,
+    train_warmup,
+    warmup_key,
+)
+
+# short sorts keep greedy evaluation to a few length buckets and at most 5 new tokens
+SMALL_TASK = ToyTaskConfig(train_size=300, val_size=12, seed=5, sort=SortSource(2, 4))
+FEW_STEPS = WarmupConfig(steps=2, examples_per_step=8, lr_warmup_steps=0, torch_threads=1)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: these models are tiny, and extra threads only spin on a shared 2-core box."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_training_batch_puts_loss_only_on_answer_and_eos_targets() -> None:
+    tok = build_char_tokenizer(SMALL_TASK.alphabet)
+    examples = [TaskExample("a", "addition", "1+2=", "3"), TaskExample("b", "sort", "sort:21=", "12")]
+    ids, attn, loss_mask = encode_training_batch(tok, examples)
+    assert ids.shape == (2, 1 + 8 + 2 + 1) and loss_mask.shape == (2, ids.shape[1] - 1)
+    for row, ex in enumerate(examples):
+        targets = ids[row, 1:][loss_mask[row].bool()].tolist()
+        assert targets == [*tok.encode(ex.ground_truth), tok.eos_id]
+        assert int(attn[row].sum()) == 1 + len(ex.prompt) + len(ex.ground_truth) + 1
+    assert ids[0, -1].item() == tok.pad_id and ids[0, 0].item() == tok.bos_id
+
+
+def test_supervised_steps_reduce_answer_loss() -> None:
+    tok = build_char_tokenizer(SMALL_TASK.alphabet)
+    cfg = MoEConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, head_dim=16)
+    torch.manual_seed(0)
+    model = MoEForCausalLM(cfg)
+    train = build_splits(SMALL_TASK).train
+    first = train_warmup(model, tok, train, WarmupConfig(steps=1, examples_per_step=16, lr_warmup_steps=0))
+    later = train_warmup(model, tok, train, WarmupConfig(steps=25, examples_per_step=16, lr=3e-3, seed=1))
+    assert first is not None and later is not None
+    assert first > math.log(tok.vocab_size) - 0.5  # a random model is near uniform
+    assert later < first - 0.8
+
+
+def test_zero_steps_report_no_loss() -> None:
+    tok = build_char_tokenizer(SMALL_TASK.alphabet)
+    model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=tok.vocab_size))
+    assert train_warmup(model, tok, build_splits(SMALL_TASK).train, WarmupConfig(steps=0)) is None
+
+
+def test_key_changes_with_everything_that_changes_weights() -> None:
+    tok = build_task_tokenizer(SMALL_TASK)
+    model_cfg = build_base_model_config(SMALL_TASK, FEW_STEPS, tok)
+    base = warmup_key(SMALL_TASK, FEW_STEPS, model_cfg)
+    assert base == warmup_key(
+        SMALL_TASK, WarmupConfig(steps=2, examples_per_step=8, lr_warmup_steps=0, torch_threads=None), model_cfg
+    )
+    assert base != warmup_key(SMALL_TASK, WarmupConfig(steps=3, examples_per_step=8, lr_warmup_steps=0), model_cfg)
+    assert base != warmup_key(ToyTaskConfig(train_size=300, val_size=12, seed=6), FEW_STEPS, model_cfg)
+    assert base != warmup_key(SMALL_TASK, FEW_STEPS, model_cfg.replace(num_experts=4))
+
+
+def test_checkpoint_is_built_once_cached_and_rebuilt_when_missing(tmp_path: Path) -> None:
+    first = ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
+    assert not first.cached and first.checkpoint_dir == tmp_path / f"warmup-{first.key}"
+    names = {p.name for p in first.checkpoint_dir.iterdir()}
+    assert {"config.json", "tokenizer.json", METADATA_FILE} <= names
+    assert [p.name for p in tmp_path.iterdir()] == [first.checkpoint_dir.name]  # no temporary left behind
+    meta = json.loads((first.checkpoint_dir / METADATA_FILE).read_text())
+    assert meta["key"] == first.key and meta["val_accuracy"] == first.val_accuracy
+
+    again = ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
+    assert again.cached and again.checkpoint_dir == first.checkpoint_dir
+    assert (again.val_accuracy, again.train_wall_s, again.final_loss) == (
+        first.val_accuracy,
+        first.train_wall_s,
+        first.final_loss,
+    )
+
+    shutil.rmtree(first.checkpoint_dir)
+    rebuilt = ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
+    assert not rebuilt.cached and rebuilt.key == first.key
+
+
+def test_saved_checkpoint_reloads_to_the_measured_accuracy(tmp_path: Path) -> None:
+    result = ensure_base_checkpoint(SMALL_TASK, WarmupConfig(steps=4, examples_per_step=16, torch_threads=1), tmp_path)
+    model, tok = load_pretrained(result.checkpoint_dir), load_tokenizer(result.checkpoint_dir)
+    ev = evaluate_greedy(
+        model,
+        tok,
+        build_splits(SMALL_TASK).validation,
+        toy_reward_fn(SMALL_TASK),
+        max_new_tokens=SMALL_TASK.max_answer_chars + 1,
+    )
+    assert ev.accuracy == result.val_accuracy
+    assert ev.accuracy_by_source == result.val_accuracy_by_source
+
+
+@pytest.mark.slow
+def test_default_warmup_leaves_room_for_rl(tmp_path: Path) -> None:
+    """The default warm-up reaches a greedy validation accuracy in the band RL can improve on."""
+    result = ensure_base_checkpoint(ToyTaskConfig(), WarmupConfig(torch_threads=1), tmp_path)
+    assert 0.05 <= result.val_accuracy <= 0.6, result
+
+
+def test_a_foreign_directory_at_the_cache_path_is_refused_before_training(tmp_path: Path) -> None:
+    tok = build_task_tokenizer(SMALL_TASK)
+    key = warmup_key(SMALL_TASK, FEW_STEPS, build_base_model_config(SMALL_TASK, FEW_STEPS, tok))
+    (tmp_path / f"warmup-{key}").mkdir()
+    with pytest.raises(ValueError, match=f"exists without {METADATA_FILE}"):
+        ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
