@@ -1,0 +1,75 @@
+"""Row selection and token-budget splitting of a TrainBatch (mini-batches and micro-batches)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from trainers.batch import TrainBatch
+
+
+def select_rows(batch: TrainBatch, rows: Sequence[int]) -> TrainBatch:
+    """The sub-batch of `rows` (in that order), trimmed to its own longest sequence.
+
+    Trimming drops only columns where every selected row is padding, so every per-token value of a selected
+    sample keeps its meaning; shifted tensors keep `width - 1` columns.
+    """
+    if not rows:
+        raise ValueError("select_rows: expected at least one row, got none")
+    idx = torch.as_tensor(list(rows), dtype=torch.int64)
+    if int(idx.min()) < 0 or int(idx.max()) >= batch.batch_size:
+        raise ValueError(f"select_rows: expected rows in [0, {batch.batch_size}), got {list(rows)}")
+    width = int(batch.seq_lengths[idx].max())
+    return TrainBatch(
+        input_ids=batch.input_ids[idx, :width],
+        attention_mask=batch.attention_mask[idx, :width],
+        response_mask=batch.response_mask[idx, : width - 1],
+        rollout_log_probs=batch.rollout_log_probs[idx, : width - 1],
+        token_versions=batch.token_versions[idx, : width - 1],
+        replay_ids=None if batch.replay_ids is None else batch.replay_ids[idx, :width],
+        replay_mask=None if batch.replay_mask is None else batch.replay_mask[idx, :width],
+        rewards=batch.rewards[idx],
+        is_padding=batch.is_padding[idx],
+        prompt_lengths=batch.prompt_lengths[idx],
+        seq_lengths=batch.seq_lengths[idx],
+        group_ids=[batch.group_ids[i] for i in rows],
+        uids=[batch.uids[i] for i in rows],
+        data_sources=[batch.data_sources[i] for i in rows],
+    )
+
+
+def split_by_token_budget(seq_lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:
+    """Groups `rows` into micro-batches whose padded size `len(group) * max(seq_lengths)` is <= `budget`.
+
+    Rows are taken longest first (ties by row index), so each micro-batch pads little; a row longer than the
+    budget gets a micro-batch of its own. The result is a deterministic function of the inputs.
+    """
+    if budget < 1:
+        raise ValueError(f"split_by_token_budget: expected budget >= 1, got {budget}")
+    order = sorted(rows, key=lambda r: (-int(seq_lengths[r]), r))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for r in order:
+        n = int(seq_lengths[r])
+        new_width = max(width, n)
+        if current and new_width * (len(current) + 1) > budget:
+            groups.append(current)
+            current, new_width = [], n
+        current.append(r)
+        width = new_width
+    if current:
+        groups.append(current)
+    return groups
+
+
+def split_even(num_rows: int, parts: int) -> list[list[int]]:
+    """`range(num_rows)` cut into `parts` consecutive equal chunks; raises unless `parts` divides `num_rows`."""
+    if parts < 1 or num_rows % parts != 0:
+        raise ValueError(
+            f"split_even: expected the batch size {num_rows} to be a multiple of mini_batches_per_step={parts} "
+            "(pad the batch with trainers.pad_to_multiple)"
+        )
+    size = num_rows // parts
+    return [list(range(i * size, (i + 1) * size)) for i in range(parts)]

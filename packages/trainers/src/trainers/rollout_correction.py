@@ -1,0 +1,165 @@
+"""Off-policy correction between the trainer's log-probs and the rollout (behaviour) log-probs.
+
+`Δ_t = log π_train(y_t) - log μ(y_t)` per token, where `π_train` is the recomputed old policy (decoupled
+mode) or the current policy under no-grad (bypass mode) and `μ` the rollout engine's log-probs. Importance
+weights (never differentiated) are
+- token level: `w_t = exp(clamp(Δ_t, ±20))`;
+- sequence level: `w_i = exp(clamp(Σ_t Δ_t, ±20))`, broadcast to the tokens of sequence i;
+then either truncated `min(w, cap)` (TIS) or zeroed outside `[lo, hi]` (IcePop; the token stays in the
+loss mask, so it still counts in the denominators). Rejection filters bound the ratio `π_train/μ`
+per token (`exp(Δ_t)`), per sequence sum (`exp(Σ Δ_t)`) or per sequence geometric mean (`exp(mean Δ_t)`);
+a failing token, or every token of a failing sequence, leaves the loss mask. All filters must pass.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ISLevel", "RatioBounds", "RolloutCorrectionConfig", "rollout_correction"]
+
+LOG_RATIO_CLAMP = 20.0
+
+
+class ISLevel(enum.StrEnum):
+    TOKEN = "token"
+    SEQUENCE = "sequence"
+
+
+@dataclass(frozen=True)
+class RatioBounds:
+    """A closed interval `[lo, hi]` of ratios `π_train/μ`, `0 <= lo < hi`."""
+
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.lo < self.hi):
+            raise ValueError(f"RatioBounds: expected 0 <= lo < hi, got lo={self.lo}, hi={self.hi}")
+
+    def contains(self, ratio: torch.Tensor) -> torch.Tensor:
+        return (ratio >= self.lo) & (ratio <= self.hi)
+
+
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """Which weights and which rejection filters to apply; everything None is a no-op (weights 1)."""
+
+    is_level: ISLevel | None = None
+    is_cap: float | None = None  # TIS: min(w, is_cap)
+    is_band: RatioBounds | None = None  # IcePop: w = 0 outside the band
+    reject_token: RatioBounds | None = None
+    reject_seq_sum: RatioBounds | None = None
+    reject_seq_mean: RatioBounds | None = None
+
+    def __post_init__(self) -> None:
+        if self.is_cap is not None and self.is_band is not None:
+            raise ValueError("RolloutCorrectionConfig: expected at most one of is_cap (TIS) and is_band (IcePop)")
+        if (self.is_cap is not None or self.is_band is not None) and self.is_level is None:
+            raise ValueError("RolloutCorrectionConfig: is_cap / is_band need is_level (token or sequence)")
+        if self.is_cap is not None and self.is_cap <= 0:
+            raise ValueError(f"RolloutCorrectionConfig.is_cap: expected > 0, got {self.is_cap}")
+
+    @classmethod
+    def token_tis(cls, cap: float = 2.0) -> RolloutCorrectionConfig:
+        return cls(is_level=ISLevel.TOKEN, is_cap=cap)
+
+    @classmethod
+    def seq_tis(cls, cap: float = 2.0) -> RolloutCorrectionConfig:
+        return cls(is_level=ISLevel.SEQUENCE, is_cap=cap)
+
+    @classmethod
+    def seq_mis(cls, lo: float = 0.5, hi: float = 2.0) -> RolloutCorrectionConfig:
+        """Masked IS: sequence weights, sequences whose ratio leaves [lo, hi] rejected."""
+        return cls(is_level=ISLevel.SEQUENCE, reject_seq_sum=RatioBounds(lo, hi))
+
+    @classmethod
+    def token_icepop(cls, lo: float = 0.5, hi: float = 5.0) -> RolloutCorrectionConfig:
+        return cls(is_level=ISLevel.TOKEN, is_band=RatioBounds(lo, hi))
+
+
+def _weights(delta: torch.Tensor, m: torch.Tensor, level: ISLevel | None) -> torch.Tensor:  # [B, T]
+    if level is None:
+        return torch.ones_like(delta)
+    if level is ISLevel.TOKEN:
+        return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    seq = (delta * m).sum(-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B]
+    return torch.exp(seq).unsqueeze(-1).expand_as(delta).clone()
+
+
+def _rejection(delta: torch.Tensor, m: torch.Tensor, cfg: RolloutCorrectionConfig) -> torch.Tensor:  # [B, T]
+    keep = m > 0
+    if cfg.reject_token is not None:
+        keep &= cfg.reject_token.contains(torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))
+    seq_sum = (delta * m).sum(-1)  # [B]
+    if cfg.reject_seq_sum is not None:
+        keep &= cfg.reject_seq_sum.contains(torch.exp(seq_sum.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))[:, None]
+    if cfg.reject_seq_mean is not None:
+        seq_mean = seq_sum / m.sum(-1).clamp(min=1.0)
+        keep &= cfg.reject_seq_mean.contains(torch.exp(seq_mean))[:, None]
+    return keep.to(m.dtype)
+
+
+def _weight_metrics(w_raw: torch.Tensor, w: torch.Tensor, m: torch.Tensor, level: ISLevel | None) -> dict[str, float]:
+    """IS statistics over loss tokens (token level) or non-empty sequences (sequence level)."""
+    if level is ISLevel.SEQUENCE:
+        rows = m.sum(-1) > 0
+        raw, units = w_raw[rows, 0], w[rows, 0]
+    else:
+        sel = m > 0
+        raw, units = w_raw[sel], w[sel]
+    n = units.numel()
+    sq = float(units.square().sum())
+    return {
+        "rollout_corr/is_mean": float(units.mean()),
+        "rollout_corr/is_max": float(units.max()),
+        "rollout_corr/is_min": float(units.min()),
+        "rollout_corr/is_ess": float(units.sum()) ** 2 / (n * sq) if sq > 0 else 0.0,
+        "rollout_corr/is_modified_frac": float((units != raw).to(torch.float64).mean()),
+    }
+
+
+def rollout_correction(
+    train_log_prob: torch.Tensor,  # [B, T]
+    rollout_log_prob: torch.Tensor,  # [B, T]
+    mask: torch.Tensor,  # [B, T]
+    cfg: RolloutCorrectionConfig,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Returns `(is_weights [B, T] detached and 0 off the new mask, new_mask [B, T], metrics)`.
+
+    Metrics (over the incoming mask): IS mean/max/min/ESS (`(Σw)²/(N·Σw²)`, in (0, 1]) and the fraction of
+    weights truncated or zeroed; `masked_token_frac` and `masked_seq_frac` removed by rejection; the
+    rollout-vs-train mismatch `abs_diff` (mean |Δ|), `kl_k1` (mean -Δ) and `kl_k3` (mean `e^Δ - 1 - Δ`),
+    both estimating `KL(μ ‖ π_train)` on tokens sampled from `μ`.
+    """
+    if not (train_log_prob.shape == rollout_log_prob.shape == mask.shape) or mask.dim() != 2:
+        raise ValueError(
+            f"rollout_correction: expected three [B, T] tensors of one shape, got {tuple(train_log_prob.shape)}, "
+            f"{tuple(rollout_log_prob.shape)}, {tuple(mask.shape)}"
+        )
+    m = mask.detach().to(torch.float64)
+    n_tok = float(m.sum())
+    if n_tok == 0:
+        raise ValueError("rollout_correction: expected at least one loss token, got an all-zero mask")
+    delta = (train_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64) * m  # [B, T]
+    w_raw = _weights(delta, m, cfg.is_level)
+    w = w_raw
+    if cfg.is_cap is not None:
+        w = w.clamp(max=cfg.is_cap)
+    if cfg.is_band is not None:
+        w = torch.where(cfg.is_band.contains(w), w, torch.zeros_like(w))
+    new_m = _rejection(delta, m, cfg)
+    nonempty = m.sum(-1) > 0
+    k3 = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) - 1 - delta
+    metrics = _weight_metrics(w_raw, w, m, cfg.is_level)
+    metrics |= {
+        "rollout_corr/masked_token_frac": 1.0 - float(new_m.sum()) / n_tok,
+        "rollout_corr/masked_seq_frac": float((new_m.sum(-1)[nonempty] == 0).to(torch.float64).mean()),
+        "rollout_corr/abs_diff": float((delta.abs() * m).sum()) / n_tok,
+        "rollout_corr/kl_k1": float((-delta * m).sum()) / n_tok,
+        "rollout_corr/kl_k3": float((k3 * m).sum()) / n_tok,
+    }
+    dtype = train_log_prob.dtype
+    return (w * new_m).to(dtype), new_m.to(mask.dtype), metrics
