@@ -1,0 +1,3 @@
+from sync_ppo.cli import main
+
+main()

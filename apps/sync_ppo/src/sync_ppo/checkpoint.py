@@ -1,0 +1,54 @@
+"""Trainer checkpoints: `checkpoints/<step>/` = the backend state (safetensors + JSON) and `trainer.json`.
+
+A checkpoint is built in a hidden folder, renamed into place, then marked with `COMPLETE`; only marked folders
+are ever loaded (`RunDir.latest_checkpoint`), so a crash mid-save leaves the previous checkpoint in charge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from run_logging import RunDir
+from trainers.backend import BackendState
+
+PROGRESS_FILE = "trainer.json"
+COMPLETE = "COMPLETE"
+
+
+@dataclass(frozen=True)
+class TrainerProgress:
+    """Where the loop stands after `step`: the engine serves `engine_version`; `base_val_acc` is the greedy
+    accuracy measured before the first update; `elapsed_s` the wall time spent so far."""
+
+    step: int
+    engine_version: int
+    seed: int
+    base_val_acc: float | None
+    elapsed_s: float
+
+
+def save_checkpoint(run: RunDir, state: BackendState, progress: TrainerProgress, *, keep: int) -> Path:
+    final = run.checkpoint(progress.step)
+    tmp = final.with_name(f".tmp-{progress.step}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(final, ignore_errors=True)
+    state.save(tmp)
+    (tmp / PROGRESS_FILE).write_text(json.dumps(dataclasses.asdict(progress), indent=1) + "\n")
+    tmp.rename(final)
+    (final / COMPLETE).write_text("")
+    done = sorted((p for p in run.checkpoints.glob("*") if p.name.isdigit() and (p / COMPLETE).exists()),
+                  key=lambda p: int(p.name))  # fmt: skip
+    for old in done[:-keep]:
+        shutil.rmtree(old)
+    return final
+
+
+def load_checkpoint(path: Path) -> tuple[BackendState, TrainerProgress]:
+    if not (path / COMPLETE).exists():
+        raise ValueError(f"load_checkpoint: expected a complete checkpoint ({path / COMPLETE}), got none")
+    meta = json.loads((path / PROGRESS_FILE).read_text())
+    return BackendState.load(path), TrainerProgress(**meta)

@@ -1,0 +1,37 @@
+"""A tiny sync PPO configuration whose warm-up base is built once per test session (a few seconds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from sync_ppo.cli import parse
+from sync_ppo.config import AppConfig
+
+torch.set_num_threads(1)  # tiny matmuls: one intra-op thread is much faster on a shared 2-core machine
+
+TINY = [
+    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine_slots", "16",
+    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
+    "--run.progress", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "5",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def warmup_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("warmup-cache")
+
+
+@pytest.fixture
+def tiny_config(warmup_cache: Path) -> Callable[..., AppConfig]:
+    """`tiny_config(run_dir, *extra_flags)`: the tiny settings plus the test's own flags."""
+
+    def make(run_dir: Path, *flags: str) -> AppConfig:
+        cfg, _ = parse([*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run_dir), *flags])
+        return cfg
+
+    return make
