@@ -6,6 +6,7 @@ from rollout_core.agent import ToolFn, run_agent_loop
 from rollout_core.builder import RoutingMode, TrajectoryBuilder
 from rollout_core.engine import Engine
 from rollout_core.params import SamplingParams
+from rollout_core.request_checks import check_prompt
 from rollout_core.resume import generate_with_resume
 from rollout_core.segment import Segment, StopReason, drop_extra_last_row
 from rollout_core.trajectory import NOT_SAMPLED, Trajectory, TrajectoryStatus
@@ -23,6 +24,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryBuilder",
     "TrajectoryStatus",
+    "check_prompt",
     "drop_extra_last_row",
     "generate_with_resume",
     "run_agent_loop",

@@ -22,6 +22,7 @@ import numpy as np
 from routing_state import RoutingSpec
 
 from rollout_core.params import SamplingParams
+from rollout_core.request_checks import check_prompt
 from rollout_core.segment import Segment, StopReason
 
 DEFAULT_SPEC = RoutingSpec(num_layers=2, top_k=2, num_experts=256)
@@ -139,16 +140,7 @@ class ScriptedEngine:
         return (seed * 7919 + len(context) * 104729 + context[-1] * 31 + 17) % self.vocab_size
 
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        if not prompt_ids:
-            raise ValueError("prompt_ids: expected at least one token, got an empty prompt")
-        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_ids: expected token ids in [0, {self.vocab_size}), got {bad[0]}")
-        if len(prompt_ids) + params.max_new_tokens > self.max_context:
-            raise ValueError(
-                f"prompt ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) exceeds the context "
-                f"({self.max_context})"
-            )
+        check_prompt(prompt_ids, params, vocab_size=self.vocab_size, max_context=self.max_context)
 
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Segment:
         self._validate(prompt_ids, params)
