@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import httpx
 
+from engine_adapters.http_pool import open_pool, post_control, raise_for
+
 SGLangPauseMode = Literal["abort", "retract", "in_place"]
 
 
@@ -21,12 +23,7 @@ class SGLangServerError(RuntimeError):
 
 
 def _raise_for(r: httpx.Response, what: str) -> None:
-    if r.is_success:
-        return
-    text = r.text[:2000]
-    if 400 <= r.status_code < 500:
-        raise ValueError(f"SGLang rejected {what}: HTTP {r.status_code}: {text}")
-    raise SGLangServerError(f"SGLang failed {what}: HTTP {r.status_code}: {text}")
+    raise_for(r, what, server="SGLang", server_error=SGLangServerError)
 
 
 class SGLangClient:
@@ -34,8 +31,7 @@ class SGLangClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, max_connections: int = 512) -> None:
         self.base_url = base_url.rstrip("/")
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, limits=limits)
+        self._http = open_pool(self.base_url, timeout_s=timeout_s, max_connections=max_connections)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -46,22 +42,22 @@ class SGLangClient:
         return r.json()
 
     async def abort(self, rid: str) -> None:
-        r = await self._http.post("/abort_request", json={"rid": rid, "abort_all": False})
+        r = await post_control(self._http, "/abort_request", json={"rid": rid, "abort_all": False})
         _raise_for(r, "/abort_request")
 
     async def pause(self, mode: SGLangPauseMode) -> None:
         if mode not in ("abort", "retract", "in_place"):
             raise ValueError(f"SGLang pause mode: expected 'abort', 'retract' or 'in_place', got {mode!r}")
-        r = await self._http.post("/pause_generation", json={"mode": mode})
+        r = await post_control(self._http, "/pause_generation", json={"mode": mode})
         _raise_for(r, "/pause_generation")
 
     async def resume(self) -> None:
-        r = await self._http.post("/continue_generation", json={})
+        r = await post_control(self._http, "/continue_generation", json={})
         _raise_for(r, "/continue_generation")
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str, *, flush_cache: bool) -> None:
         body = {"model_path": model_path, "weight_version": weight_version, "flush_cache": flush_cache}
-        r = await self._http.post("/update_weights_from_disk", json=body)
+        r = await post_control(self._http, "/update_weights_from_disk", json=body)
         if r.status_code == 400:
             raise SGLangServerError(f"SGLang could not load weights from {model_path!r}: {r.text[:2000]}")
         _raise_for(r, "/update_weights_from_disk")

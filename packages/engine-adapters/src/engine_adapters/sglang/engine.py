@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rollout_core import SamplingParams, Segment
+from rollout_core import SamplingParams, Segment, check_prompt
 from routing_state import RoutingSpec
 
 from engine_adapters.routing_rows import decode_int32_base64, normalise_rows
@@ -101,16 +101,7 @@ class SGLangEngine:
         return self._spec
 
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        if not prompt_ids:
-            raise ValueError("prompt_ids: expected at least one token, got an empty prompt")
-        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_ids: expected token ids in [0, {self.vocab_size}), got {bad[0]}")
-        if len(prompt_ids) + params.max_new_tokens > self.max_context:
-            raise ValueError(
-                f"prompt ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) exceeds the context "
-                f"({self.max_context})"
-            )
+        check_prompt(prompt_ids, params, vocab_size=self.vocab_size, max_context=self.max_context)
 
     def _body(self, rid: str, prompt_ids: list[int], params: SamplingParams) -> dict[str, object]:
         sampling: dict[str, object] = {

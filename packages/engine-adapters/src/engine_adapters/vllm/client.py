@@ -15,18 +15,14 @@ from typing import Any, Literal
 
 import httpx
 
+from engine_adapters.http_pool import open_pool, post_control, raise_for
 from engine_adapters.vllm.server import VLLMServerError
 
 PauseMode = Literal["abort", "wait", "keep"]
 
 
 def _raise_for(r: httpx.Response, what: str) -> None:
-    if r.is_success:
-        return
-    text = r.text[:2000]
-    if 400 <= r.status_code < 500:
-        raise ValueError(f"vLLM rejected {what}: HTTP {r.status_code}: {text}")
-    raise VLLMServerError(f"vLLM failed {what}: HTTP {r.status_code}: {text}")
+    raise_for(r, what, server="vLLM", server_error=VLLMServerError)
 
 
 class VLLMClient:
@@ -34,8 +30,7 @@ class VLLMClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, max_connections: int = 512) -> None:
         self.base_url = base_url.rstrip("/")
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, limits=limits)
+        self._http = open_pool(self.base_url, timeout_s=timeout_s, max_connections=max_connections)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -50,7 +45,7 @@ class VLLMClient:
             yield r.aiter_lines()
 
     async def _post(self, path: str, *, json: Any = None, params: dict[str, str] | None = None) -> httpx.Response:
-        r = await self._http.post(path, json=json, params=params)
+        r = await post_control(self._http, path, json=json, params=params)
         _raise_for(r, path)
         return r
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
-from rollout_core import SamplingParams, Segment, StopReason
+from rollout_core import SamplingParams, Segment, StopReason, check_prompt
 from routing_state import RoutingSpec
 
 from engine_adapters.routing_rows import decode_npy_base64, normalise_rows, rows_from_positions
@@ -129,16 +129,13 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ generation
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        if not prompt_ids:
-            raise ValueError("prompt_ids: expected at least one token, got an empty prompt")
-        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_ids: expected token ids in [0, {self.vocab_size}), got {bad[0]}")
-        if len(prompt_ids) + params.max_new_tokens > self.max_context:
-            raise ValueError(
-                f"prompt ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) exceeds the server's "
-                f"max_model_len ({self.max_context})"
-            )
+        check_prompt(
+            prompt_ids,
+            params,
+            vocab_size=self.vocab_size,
+            max_context=self.max_context,
+            context="the server's max_model_len",
+        )
 
     def _body(self, call: _Call, prompt_ids: list[int], params: SamplingParams) -> dict[str, object]:
         sampling: dict[str, object] = {
