@@ -1,0 +1,190 @@
+"""Decode fast path of `MoEForCausalLM.forward_cached`: every chunk is exactly one token.
+
+Same math as the general cached path (to float rounding, ~1e-7 in fp32) with far fewer tensor ops per call, since
+a decode step of a small model is dominated by per-op overhead: one fused q/k/v projection, one norm and one rotary
+pass over all q and k heads together, K/V written with one `index_put_` each into the cache viewed as rows,
+attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read in place,
+and the experts as two grouped matmuls over expert-sorted token copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from moe_models.decode_weights import LayerWeights
+from moe_models.kv_cache import KVCache
+from moe_models.moe import SparseMoeBlock
+from moe_models.rope import apply_rotary
+
+if TYPE_CHECKING:
+    from moe_models.decoder_layer import DecoderLayer
+    from moe_models.model import MoEForCausalLM
+
+
+@dataclass(frozen=True)
+class DecodeGeometry:
+    """Where the S new tokens go and which cache rows attention reads.
+
+    Attention reads slots `lo .. lo + R - 1` as one view of the cache when that range is at most twice the batch
+    (`gather` None); rows of the range outside the batch compute finite garbage that is dropped. Otherwise the
+    batch's slots are copied out (`gather` = slot_ids) and R = S.
+    """
+
+    positions: torch.Tensor  # [S] int64, the new token's position (= its rotary position and the old length)
+    write_rows: torch.Tensor  # [S, KVH] int64, rows of a layer's cache viewed as [slots * KVH * max_len, D]
+    key_len: int  # keys 0 .. key_len - 1 are read: the longest filled prefix in the batch after the append
+    lo: int
+    num_rows: int  # R
+    scatter: torch.Tensor | None  # [S] slot_ids - lo, None when the batch is exactly lo .. lo + S - 1 in order
+    gather: torch.Tensor | None  # [S] slot_ids when the batch's slots are copied out of the cache
+    mask: torch.Tensor  # [R * KVH, 1, key_len] additive (0 or -inf) in the model dtype
+
+
+def decode_geometry(
+    slot_ids: torch.Tensor, slots: list[int], cache: KVCache, dtype: torch.dtype, num_kv_heads: int
+) -> DecodeGeometry:
+    """slots: slot_ids as a list (already validated as distinct and in range). Raises ValueError, changing
+    nothing, when a slot is full."""
+    positions = cache.lengths.index_select(0, slot_ids)  # [S]
+    key_len = int(positions.max()) + 1
+    if key_len > cache.max_len:
+        full = [s for s, p in zip(slots, positions.tolist(), strict=True) if p + 1 > cache.max_len]
+        raise ValueError(
+            f"slot {full[0]}: got {cache.max_len} cached + 1 new token = {cache.max_len + 1}, expected <= max_len "
+            f"{cache.max_len}"
+        )
+    heads = torch.arange(num_kv_heads, device=slot_ids.device)
+    write_rows = (slot_ids[:, None] * num_kv_heads + heads) * cache.max_len + positions[:, None]  # [S, KVH]
+    lo, hi = min(slots), max(slots) + 1
+    scatter = gather = None
+    if hi - lo <= 2 * len(slots):
+        row_lens = cache.lengths[lo:hi]  # [R] batch rows: their position; other rows: anything finite
+        if slots != list(range(lo, hi)):
+            scatter = slot_ids - lo
+    else:
+        lo, hi, row_lens, gather = 0, len(slots), positions, slot_ids
+    keys = torch.arange(key_len, device=slot_ids.device)
+    mask = torch.where(keys <= row_lens[:, None], 0.0, float("-inf")).to(dtype)  # [R, L]
+    mask = mask[:, None, None, :].expand(-1, num_kv_heads, 1, -1).reshape(-1, 1, key_len)
+    return DecodeGeometry(positions, write_rows, key_len, lo, hi - lo, scatter, gather, mask)
+
+
+def _attention(
+    layer: DecoderLayer,
+    w: LayerWeights,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
+    geo: DecodeGeometry,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> torch.Tensor:
+    """x: [S, hidden] normed input -> attention output before o_proj [S, H * D]; writes the tokens' K/V."""
+    attn = layer.self_attn
+    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    qkv = F.linear(x, w.qkv).view(x.shape[0], heads + 2 * kv_heads, d)
+    eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
+    # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
+    normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(x.dtype) * w.qk_norm
+    qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
+    k_flat, v_flat = k_cache.view(-1, d), v_cache.view(-1, d)
+    k_flat.index_put_((geo.write_rows,), qk_rot[:, heads:].to(k_cache.dtype))
+    v_flat.index_put_((geo.write_rows,), qkv[:, heads + kv_heads :].to(v_cache.dtype))
+    q = qk_rot[:, :heads]  # [S, H, D]
+    if geo.scatter is not None:
+        q = q.new_zeros(geo.num_rows, heads, d).index_copy_(0, geo.scatter, q)
+    q = q.reshape(geo.num_rows * kv_heads, attn.group_size, d)  # query head h reads kv head h // group_size
+    if geo.gather is None:
+        rows = slice(geo.lo, geo.lo + geo.num_rows)
+        keys, values = k_cache[rows, :, : geo.key_len], v_cache[rows, :, : geo.key_len]  # [R, KVH, L, D] views
+    else:
+        keys = k_cache[:, :, : geo.key_len].index_select(0, geo.gather)  # [S, KVH, L, D] copies
+        values = v_cache[:, :, : geo.key_len].index_select(0, geo.gather)
+    keys = keys.reshape(-1, geo.key_len, d).to(q.dtype)
+    values = values.reshape(-1, geo.key_len, d).to(q.dtype)
+    scores = torch.baddbmm(geo.mask, q, keys.transpose(1, 2), alpha=attn.scaling)  # [R * KVH, G, L]
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.bmm(probs, values).view(geo.num_rows, heads * d)  # [R, H * D]
+    return out if geo.scatter is None else out.index_select(0, geo.scatter)
+
+
+def _experts(
+    block: SparseMoeBlock, w: LayerWeights, x: torch.Tensor, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [S, hidden] normed, h: [S, hidden] residual -> (h + moe(x) [S, hidden], expert ids [S, K])."""
+    router = block.gate
+    probs = torch.softmax(F.linear(x, router.weight), dim=-1, dtype=torch.float32)  # [S, E]
+    top, ids = torch.topk(probs, router.top_k, dim=-1)  # top == probs.gather(1, ids)
+    if router.norm_topk_prob:
+        top = top / top.sum(dim=-1, keepdim=True)
+    sorted_experts, order = torch.sort(ids.view(-1), stable=True)  # [S * K] pairs grouped by expert, ascending
+    offsets = torch.searchsorted(sorted_experts, w.expert_ids, right=True, out_int32=True)  # [E] end of each group
+    token = order // router.top_k  # [S * K]
+    gate_up = F.grouped_mm(x.index_select(0, token), w.gate_up, offs=offsets)  # [S * K, 2I]
+    gate, up = gate_up.chunk(2, dim=-1)
+    y = F.grouped_mm(F.silu(gate) * up, w.down, offs=offsets)  # [S * K, hidden]
+    pair_weights = top.view(-1).index_select(0, order).to(y.dtype)[:, None]
+    return h.index_add(0, token, y * pair_weights), ids
+
+
+def _feed_forward(layer: DecoderLayer, w: LayerWeights, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    x = layer.post_attention_layernorm(h)
+    if isinstance(layer.mlp, SparseMoeBlock):
+        return _experts(layer.mlp, w, x, h)
+    gate, up = F.linear(x, w.gate_up).chunk(2, dim=-1)
+    return torch.addmm(h, F.silu(gate) * up, layer.mlp.down_proj.weight.t()), None
+
+
+def decode_layers(
+    model: MoEForCausalLM,
+    weights: list[LayerWeights],
+    h: torch.Tensor,
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
+    geo: DecodeGeometry,
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The decoder stack on h [S, hidden] -> (final hidden [S, hidden] before the norm, per-MoE-layer ids [S, K]).
+
+    Free of host syncs and of data-dependent shapes, so `torch.compile` captures it as one graph."""
+    routed: list[torch.Tensor] = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, weights, strict=True)):
+        attn = _attention(layer, w, layer.input_layernorm(h), cos, signed_sin, geo, keys[i], values[i])
+        h = torch.addmm(h, attn, layer.self_attn.o_proj.weight.t())
+        h, ids = _feed_forward(layer, w, h)
+        if ids is not None:
+            routed.append(ids)
+    return h, routed
+
+
+LayersFn = Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
+
+
+def decode_forward(
+    model: MoEForCausalLM,
+    weights: list[LayerWeights],
+    input_ids: torch.Tensor,
+    slot_ids: torch.Tensor,
+    slots: list[int],
+    cache: KVCache,
+    capture_routing: bool,
+    layers_fn: LayersFn = decode_layers,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """input_ids, slot_ids: [S]; returns (logits [S, V] float32, expert ids [S, L_moe, K] or None).
+
+    layers_fn: `decode_layers` or a compiled version of it."""
+    embed = model.model.embed_tokens.weight
+    geo = decode_geometry(slot_ids, slots, cache, embed.dtype, model.config.num_key_value_heads)
+    h = F.embedding(input_ids, embed)  # [S, hidden]
+    cos, sin = model.model.rotary_emb(geo.positions, h.dtype)  # [S, D]
+    h, routed = layers_fn(model, weights, h, cos, sin, geo, cache.keys, cache.values)
+    logits = F.linear(model.model.norm(h), model.lm_head.weight).float()
+    cache.lengths.index_copy_(0, slot_ids, geo.positions + 1)
+    routed_experts = model._stack_routing(routed, len(slots)) if capture_routing else None
+    return logits, routed_experts

@@ -1,0 +1,71 @@
+"""One pre-norm decoder layer: attention then a dense MLP or a sparse MoE block."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from moe_models.attention import Attention
+from moe_models.cached_plan import CachedBatchPlan
+from moe_models.config import MoEConfig
+from moe_models.moe import DenseMLP, SparseMoeBlock
+from moe_models.norm import RMSNorm
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: MoEConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.is_moe = config.is_moe_layer(layer_idx)
+        self.self_attn = Attention(config)
+        self.mlp: SparseMoeBlock | DenseMLP = SparseMoeBlock(config) if self.is_moe else DenseMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        mask: torch.Tensor,
+        replay_ids: torch.Tensor | None = None,
+        replay_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h: [B, T, hidden] -> (h [B, T, hidden], expert ids [B*T, K] or None for a dense layer)."""
+        h = h + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask)
+        return self._feed_forward(h, replay_ids, replay_mask)
+
+    def forward_cached(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        plan: CachedBatchPlan,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h: [N, hidden] new tokens -> (h [N, hidden], expert ids [N, K] or None)."""
+        attn = self.self_attn.forward_cached(
+            self.input_layernorm(h),
+            cos,
+            signed_sin,
+            plan.write_slots,
+            plan.write_positions,
+            plan.groups,
+            k_cache,
+            v_cache,
+        )
+        return self._feed_forward(h + attn)
+
+    def _feed_forward(
+        self,
+        h: torch.Tensor,
+        replay_ids: torch.Tensor | None = None,
+        replay_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = self.post_attention_layernorm(h)
+        if isinstance(self.mlp, DenseMLP):
+            return h + self.mlp(x), None
+        flat = x.reshape(-1, x.shape[-1])
+        out, ids = self.mlp(flat, replay_ids, replay_mask)
+        return h + out.view_as(h), ids

@@ -1,0 +1,128 @@
+"""Feed-forward blocks: the softmax top-k router, the batched experts, the sparse block and the dense MLP."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moe_models.config import MoEConfig
+
+
+class TopKRouter(nn.Module):
+    """Softmax over expert logits (float32), top-k, optional renormalisation of the k weights."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        replay_ids: torch.Tensor | None = None,
+        replay_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: [N, hidden]; replay_ids: [N, K] int64 used where replay_mask [N] is True.
+
+        Returns (weights [N, K] in h's dtype, expert ids [N, K] int64). Weights are always gathered from the
+        current probabilities at the chosen ids, so under replay the router still receives gradients.
+        """
+        logits = F.linear(h, self.weight)  # [N, E]
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        ids = torch.topk(probs, self.top_k, dim=-1).indices  # [N, K]
+        if replay_ids is not None:
+            if replay_mask is None:
+                raise ValueError("TopKRouter: replay_ids given without replay_mask")
+            ids = torch.where(replay_mask[:, None], replay_ids, ids)
+        weights = probs.gather(1, ids)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(h.dtype), ids
+
+
+class Experts(nn.Module):
+    """All experts' weights as 3-D tensors (Hugging Face 5.x in-memory layout).
+
+    gate_up_proj: [E, 2 * I, hidden] (rows 0..I-1 gate, I..2I-1 up); down_proj: [E, hidden, I].
+    """
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        e, i, h = config.num_experts, config.moe_intermediate_size, config.hidden_size
+        self.num_experts = e
+        self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
+        self.down_proj = nn.Parameter(torch.empty(e, h, i))
+
+    def forward(self, h: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """h: [N, hidden]; ids, weights: [N, K]. Returns sum_k weights[:, k] * expert_{ids[:, k]}(h), [N, hidden].
+
+        Token-expert pairs are sorted by expert and run as one grouped matmul per projection (CPU, no autograd)
+        or as two batched matmuls over a zero-padded [E, max_count, hidden] buffer (autograd or other devices;
+        torch's CPU grouped_mm has no working backward). Both paths agree to float rounding (~1e-7).
+        Contributions are summed per token in ascending expert order, as Hugging Face does.
+        """
+        top_k = ids.shape[1]
+        flat = ids.reshape(-1)  # [N*K]
+        order = torch.argsort(flat, stable=True)  # pair indices grouped by expert
+        sorted_experts = flat[order]
+        counts = torch.bincount(flat, minlength=self.num_experts)  # [E]
+        token = order // top_k  # [N*K] token of each sorted pair
+        x = h.index_select(0, token)  # [N*K, hidden] expert-sorted
+        y = self._grouped(x, counts) if self._grouped_mm_applies(h) else self._padded(x, sorted_experts, counts)
+        pair_weights = weights.reshape(-1)[order, None].to(y.dtype)  # [N*K, 1] in expert-sorted order
+        return torch.zeros_like(h).index_add_(0, token, y * pair_weights)
+
+    def _grouped_mm_applies(self, h: torch.Tensor) -> bool:
+        needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.gate_up_proj.requires_grad)
+        return h.device.type == "cpu" and not needs_grad and hasattr(F, "grouped_mm")
+
+    def _grouped(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """x: [P, hidden] expert-sorted rows, counts: [E] rows per expert -> [P, hidden]."""
+        offsets = torch.cumsum(counts, 0).to(torch.int32)  # [E] end row of each expert
+        gate_up = F.grouped_mm(x, self.gate_up_proj.transpose(1, 2), offs=offsets)  # [P, 2I]
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.grouped_mm(F.silu(gate) * up, self.down_proj.transpose(1, 2), offs=offsets)
+
+    def _padded(self, x: torch.Tensor, sorted_experts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Same contract as `_grouped`, via a zero-padded [E, capacity, hidden] buffer and torch.bmm."""
+        starts = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(x.shape[0], device=x.device) - starts[sorted_experts]  # position in its group
+        capacity = int(counts.max()) if x.shape[0] > 0 else 0
+        buf = x.new_zeros(self.num_experts, capacity, x.shape[-1]).index_put((sorted_experts, rank), x)
+        gate_up = torch.bmm(buf, self.gate_up_proj.transpose(1, 2))  # [E, C, 2I]
+        gate, up = gate_up.chunk(2, dim=-1)
+        y = torch.bmm(F.silu(gate) * up, self.down_proj.transpose(1, 2))  # [E, C, hidden]
+        return y[sorted_experts, rank]
+
+
+class SparseMoeBlock(nn.Module):
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        self.gate = TopKRouter(config)
+        self.experts = Experts(config)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        replay_ids: torch.Tensor | None = None,
+        replay_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: [N, hidden] -> (out [N, hidden], expert ids [N, K] int64)."""
+        weights, ids = self.gate(h, replay_ids, replay_mask)
+        return self.experts(h, ids, weights), ids
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

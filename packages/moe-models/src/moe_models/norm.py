@@ -1,0 +1,27 @@
+"""Root-mean-square layer norm (Qwen3 / T5 style)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """y = weight * x / sqrt(mean(x^2) + eps), statistics in float32, output in the input dtype.
+
+    For low-precision inputs the normalised value is cast back to the input dtype before the weight multiply,
+    as Hugging Face does; in float32 the fused kernel computes the same values.
+    """
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = (x.shape[-1],)
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, shape, self.weight, self.variance_epsilon)
+        normed = F.rms_norm(x.to(torch.float32), shape, None, self.variance_epsilon)
+        return self.weight * normed.to(x.dtype)

@@ -1,0 +1,100 @@
+"""Character-level tokenizer built offline with `tokenizers`, saved in a layout `AutoTokenizer` loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+_TOKENIZER_FILE = "tokenizer.json"
+_CONFIG_FILE = "tokenizer_config.json"
+_SPECIAL_MAP_FILE = "special_tokens_map.json"
+
+
+class CharTokenizer:
+    """One token per character; ids 0..2 are the special tokens (pad, bos, eos) in that order.
+
+    encode never adds special tokens; text containing a special token's literal form encodes it as that token.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, pad_token: str, bos_token: str, eos_token: str) -> None:
+        self._tok = tokenizer
+        self.pad_token, self.bos_token, self.eos_token = pad_token, bos_token, eos_token
+        vocab = tokenizer.get_vocab()
+        for token in (pad_token, bos_token, eos_token):
+            if token not in vocab:
+                raise ValueError(f"special token {token!r}: got absent from the vocabulary, expected present")
+        self.pad_id, self.bos_id, self.eos_id = vocab[pad_token], vocab[bos_token], vocab[eos_token]
+        self._specials = {pad_token, bos_token, eos_token}
+        self._chars = {t for t in vocab if t not in self._specials}
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size()
+
+    @property
+    def special_ids(self) -> tuple[int, int, int]:
+        return self.pad_id, self.bos_id, self.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - self._chars - set("".join(self._specials)))
+        if unknown:
+            raise ValueError(f"encode: got characters {unknown[:10]} outside the vocabulary")
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"decode: got ids {bad[:10]}, expected ids in [0, {self.vocab_size})")
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def save(self, directory: str | Path) -> Path:
+        """Writes tokenizer.json, tokenizer_config.json and special_tokens_map.json (PreTrainedTokenizerFast)."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self._tok.save(str(path / _TOKENIZER_FILE))
+        specials = {"pad_token": self.pad_token, "bos_token": self.bos_token, "eos_token": self.eos_token}
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": 1_000_000,
+            "clean_up_tokenization_spaces": False,
+            "add_bos_token": False,
+            "add_eos_token": False,
+            **specials,
+        }
+        (path / _CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        (path / _SPECIAL_MAP_FILE).write_text(json.dumps(specials, indent=2) + "\n")
+        return path
+
+
+def build_char_tokenizer(
+    chars: str | list[str], special: tuple[str, str, str] = ("<pad>", "<bos>", "<eos>")
+) -> CharTokenizer:
+    """chars: the alphabet (duplicates dropped, first occurrence kept); special: (pad, bos, eos) tokens."""
+    if len(special) != 3 or len(set(special)) != 3:
+        raise ValueError(f"special: got {special!r}, expected three distinct tokens (pad, bos, eos)")
+    alphabet = list(dict.fromkeys(chars))
+    bad = [c for c in alphabet if len(c) != 1]
+    if bad or not alphabet:
+        raise ValueError(f"chars: got {bad[:10] or 'nothing'}, expected a non-empty list of single characters")
+    clash = [c for c in alphabet if c in special]
+    if clash:
+        raise ValueError(f"chars: got {clash} that equal special tokens")
+    vocab = {token: i for i, token in enumerate([*special, *alphabet])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=special[0]))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(list(special))
+    return CharTokenizer(tok, *special)
+
+
+def load_tokenizer(directory: str | Path) -> CharTokenizer:
+    """Loads what `CharTokenizer.save` wrote."""
+    path = Path(directory)
+    config_file = path / _CONFIG_FILE
+    if not (path / _TOKENIZER_FILE).exists() or not config_file.exists():
+        raise ValueError(f"{path}: got no {_TOKENIZER_FILE}/{_CONFIG_FILE}, expected a saved tokenizer")
+    config = json.loads(config_file.read_text())
+    tok = Tokenizer.from_file(str(path / _TOKENIZER_FILE))
+    return CharTokenizer(tok, config["pad_token"], config["bos_token"], config["eos_token"])

@@ -1,0 +1,113 @@
+"""The decode fast path of forward_cached (every chunk one token) reproduces the uncached forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from moe_models import KVCache, MoEConfig, MoEForCausalLM, load_state_dict_numpy, state_dict_numpy
+
+TOL = 1e-5
+CONFIG = MoEConfig.preset("tiny", vocab_size=61, num_hidden_layers=3, mlp_only_layers=(1,))
+
+
+def _model(seed: int = 0, config: MoEConfig = CONFIG) -> MoEForCausalLM:
+    torch.manual_seed(seed)
+    return MoEForCausalLM(config).eval()
+
+
+def _decode_and_compare(
+    model: MoEForCausalLM, cache: KVCache, seqs: list[torch.Tensor], slots: list[int], prompt_len: int
+) -> None:
+    """Prefills every sequence's first prompt_len tokens into its slot, then decodes the rest one token per call
+    for all rows together; checks every decode call's logits and routing against the uncached forward."""
+    with torch.inference_mode():
+        for seq, slot in zip(seqs, slots, strict=True):
+            model.forward_cached(seq[:prompt_len], torch.tensor([slot]), [prompt_len], cache)
+        full = [model(seq[None], capture_routing=True) for seq in seqs]
+        for pos in range(prompt_len, len(seqs[0])):
+            tokens = torch.stack([seq[pos] for seq in seqs])
+            logits, routed = model.forward_cached(
+                tokens, torch.tensor(slots), [1] * len(slots), cache, capture_routing=True
+            )
+            for row, ref in enumerate(full):
+                assert (logits[row] - ref.logits[0, pos]).abs().max().item() <= TOL
+                assert routed[row].equal(ref.routed_experts[0, pos])
+    assert [cache.length(s) for s in slots] == [len(seqs[0])] * len(slots)
+
+
+@pytest.mark.parametrize(
+    ("slots", "num_slots"),
+    [
+        ([0, 1, 2], 3),  # the batch is exactly a slot range: keys read in place
+        ([4, 1, 2], 6),  # a permuted range with a gap: queries scattered into the range
+        ([0, 15], 16),  # far-apart slots: keys copied out of the cache
+    ],
+)
+def test_decode_calls_match_uncached_forward_for_any_slot_layout(slots: list[int], num_slots: int) -> None:
+    gen = torch.Generator().manual_seed(len(slots) + num_slots)
+    seqs = [torch.randint(0, CONFIG.vocab_size, (9,), generator=gen) for _ in slots]
+    cache = KVCache(CONFIG, num_slots=num_slots, max_len=12)
+    _decode_and_compare(_model(1), cache, seqs, slots, prompt_len=3)
+
+
+def test_decode_rows_with_different_lengths_see_only_their_own_prefix() -> None:
+    model = _model(2)
+    gen = torch.Generator().manual_seed(5)
+    long, short = torch.randint(0, 61, (10,), generator=gen), torch.randint(0, 61, (4,), generator=gen)
+    cache = KVCache(CONFIG, num_slots=2, max_len=12)
+    with torch.inference_mode():
+        model.forward_cached(long[:9], torch.tensor([0]), [9], cache)
+        model.forward_cached(short[:3], torch.tensor([1]), [3], cache)
+        logits, _ = model.forward_cached(torch.stack([long[9], short[3]]), torch.tensor([0, 1]), [1, 1], cache)
+        for row, seq in enumerate((long, short)):
+            assert (logits[row] - model(seq[None]).logits[0, -1]).abs().max().item() <= TOL
+    assert cache.lengths.tolist() == [10, 4]
+
+
+def test_decode_uses_weights_loaded_in_place_after_a_previous_decode() -> None:
+    model = _model(3)
+    cache = KVCache(CONFIG, num_slots=1, max_len=8)
+    seq = torch.tensor([5, 9, 2, 7, 1])
+    rng = np.random.default_rng(0)
+    pushed = {k: v + rng.normal(0, 0.05, v.shape).astype(v.dtype) for k, v in state_dict_numpy(model).items()}
+    with torch.inference_mode():
+        model.forward_cached(seq[:3], torch.tensor([0]), [3], cache)
+        model.forward_cached(seq[3:4], torch.tensor([0]), [1], cache)  # builds the fused decode weights
+        load_state_dict_numpy(model, pushed)
+        cache.reset(0)
+        model.forward_cached(seq[:4], torch.tensor([0]), [4], cache)
+        logits, _ = model.forward_cached(seq[4:], torch.tensor([0]), [1], cache)
+        expected = model(seq[None]).logits[0, -1]
+    assert (logits[0] - expected).abs().max().item() <= TOL
+
+
+def test_decode_into_a_full_slot_raises_and_changes_nothing() -> None:
+    model = _model()
+    cache = KVCache(CONFIG, num_slots=2, max_len=4)
+    with torch.inference_mode():
+        model.forward_cached(torch.arange(4), torch.tensor([1]), [4], cache)
+        model.forward_cached(torch.arange(2), torch.tensor([0]), [2], cache)
+        keys = [k.clone() for k in cache.keys]
+        with pytest.raises(ValueError, match="slot 1: got 4 cached \\+ 1 new token"):
+            model.forward_cached(torch.arange(2), torch.tensor([0, 1]), [1, 1], cache)
+    assert cache.lengths.tolist() == [2, 4]
+    assert all(a.equal(b) for a, b in zip(keys, cache.keys, strict=True))
+
+
+def test_decode_with_a_bfloat16_cache_stays_close_to_the_fp32_forward() -> None:
+    model = _model(4)
+    seq = torch.tensor([3, 8, 13, 21, 34, 55, 2, 1])
+    cache = KVCache(CONFIG, num_slots=1, max_len=8, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        model.forward_cached(seq[:4], torch.tensor([0]), [4], cache)
+        rows = [model.forward_cached(seq[i : i + 1], torch.tensor([0]), [1], cache)[0][0] for i in range(4, 8)]
+        expected = model(seq[None]).logits[0, 4:]
+    assert (torch.stack(rows) - expected).abs().max().item() <= 1e-2
+
+
+def test_compile_decode_refuses_a_model_off_cpu() -> None:
+    model = _model().to("meta")
+    with pytest.raises(ValueError, match="expected cpu"):
+        model.compile_decode()
+    model.compile_decode(False)  # going back to eager is always allowed
