@@ -1,0 +1,234 @@
+"""Native engine vs `transformers` `generate` on the same tiny MoE weights, interleaved in one process.
+
+(a) fixed: P prompts of 32 tokens, 128 new tokens each, EOS ignored;
+(b) rl-shaped: the same prompts with response lengths drawn from 8..128; `generate` keeps decoding rows that are
+    done, so both sides are credited only with the useful tokens (sum of the drawn lengths);
+(c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
+Both sides sample at temperature 1 with no top-k/top-p and use the same torch thread count. The native engine
+also computes per-token log-probs and captures routing; `generate` does neither. Each measurement is repeated
+`--reps` times, the two sides back to back; ratios are medians of the per-repetition ratios (robust to the
+load of a shared machine drifting); ratios by process CPU time are printed too. The last line is
+`fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native tokens/s over generate tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from native_engine import NativeEngine
+    from transformers import Qwen3MoeForCausalLM
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    prompts: int
+    prompt_len: int
+    new_tokens: int
+    min_new_tokens: int
+    reps: int
+    threads: int
+    compile_decode: bool
+    vocab_size: int
+    seed: int
+
+
+def parse_args() -> BenchConfig:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", type=int, default=64, help="prompts per batch (= engine slots)")
+    p.add_argument("--prompt-len", type=int, default=32, help="tokens per prompt")
+    p.add_argument("--new-tokens", type=int, default=128, help="new tokens per prompt in (a); max in (b)")
+    p.add_argument("--min-new-tokens", type=int, default=8, help="shortest drawn response in (b)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of every measurement (median reported)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch.compile the native engine's decode step (EngineConfig.compile_decode; off by default: a few "
+        "percent faster end to end on CPU for ~40 s of compiling)",
+    )
+    p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    return BenchConfig(
+        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.vocab_size, a.seed
+    )
+
+
+@dataclass
+class Bench:
+    """Both sides' models on the same weights, and the workloads."""
+
+    cfg: BenchConfig
+    engine: NativeEngine
+    hf: Qwen3MoeForCausalLM
+    prompts: list[list[int]]
+    fixed: list[int]  # new tokens per prompt in (a)
+    shaped: list[int]  # drawn new tokens per prompt in (b)
+    pushed: dict[str, np.ndarray]  # the state dict pushed in (c)
+
+
+def build(cfg: BenchConfig) -> Bench:
+    import numpy as np
+    import torch
+    from moe_models import MoEConfig, MoEForCausalLM, save_pretrained, state_dict_numpy
+    from native_engine import NativeEngine
+    from transformers import Qwen3MoeForCausalLM
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=cfg.vocab_size)).eval()  # no EOS: never stops
+    with tempfile.TemporaryDirectory() as tmp:
+        save_pretrained(model, tmp)
+        hf = Qwen3MoeForCausalLM.from_pretrained(tmp).eval()
+    engine = NativeEngine(
+        model,
+        max_slots=cfg.prompts,
+        max_len=cfg.prompt_len + cfg.new_tokens,
+        eos_token_ids=(),
+        compile_decode=cfg.compile_decode,
+    )
+    rng = np.random.default_rng(cfg.seed)
+    return Bench(
+        cfg=cfg,
+        engine=engine,
+        hf=hf,
+        prompts=rng.integers(0, cfg.vocab_size, size=(cfg.prompts, cfg.prompt_len)).tolist(),
+        fixed=[cfg.new_tokens] * cfg.prompts,
+        shaped=rng.integers(cfg.min_new_tokens, cfg.new_tokens + 1, size=cfg.prompts).tolist(),
+        pushed={k: v * 1.01 if v.dtype.kind == "f" else v for k, v in state_dict_numpy(model).items()},
+    )
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Useful tokens per second of wall time, and per second of this process's CPU time (all threads)."""
+
+    wall: float
+    cpu: float
+
+
+def _rate(tokens: int, wall0: float, cpu0: float) -> Rate:
+    return Rate(tokens / (time.perf_counter() - wall0), tokens / (time.process_time() - cpu0))
+
+
+async def native_tok_s(b: Bench, lengths: list[int]) -> Rate:
+    """Useful tokens per second of the native engine for one batch of concurrent calls."""
+    from rollout_core import SamplingParams
+
+    base = SamplingParams(max_new_tokens=1, temperature=1.0)
+    calls = [
+        b.engine.generate(f"b{i}", p, base.replace(max_new_tokens=n, seed=i))
+        for i, (p, n) in enumerate(zip(b.prompts, lengths, strict=True))
+    ]
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    segs = await asyncio.gather(*calls)
+    rate = _rate(sum(lengths), wall0, cpu0)
+    assert [len(s.token_ids) for s in segs] == lengths
+    return rate
+
+
+def generate_tok_s(b: Bench, lengths: list[int]) -> Rate:
+    """Useful tokens per second of `generate` (which decodes every row to the longest length)."""
+    import torch
+
+    ids = torch.tensor(b.prompts)
+    longest = max(lengths)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    with torch.inference_mode():
+        out = b.hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=longest,
+            min_new_tokens=longest,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            pad_token_id=0,
+        )
+    rate = _rate(sum(lengths), wall0, cpu0)  # useful tokens only
+    assert out.shape == (len(b.prompts), b.cfg.prompt_len + longest)
+    return rate
+
+
+async def update_seconds(b: Bench, version: int) -> float:
+    """Wall time of pause("keep") -> update_weights -> resume while every slot is decoding."""
+    from rollout_core import SamplingParams
+
+    params = SamplingParams(max_new_tokens=b.cfg.new_tokens, temperature=1.0)
+    tasks = [asyncio.create_task(b.engine.generate(f"u{i}", p, params)) for i, p in enumerate(b.prompts)]
+    target = b.engine.metrics().generated_tokens + 4 * b.cfg.prompts
+    while b.engine.metrics().generated_tokens < target:
+        await asyncio.sleep(0.001)
+    t0 = time.perf_counter()
+    await b.engine.pause("keep")
+    await b.engine.update_weights(b.pushed, version)
+    await b.engine.resume()
+    seconds = time.perf_counter() - t0
+    segs = await asyncio.gather(*tasks)
+    assert all(s.versions()[-1] == version and s.versions()[0] < version for s in segs)
+    return seconds
+
+
+@dataclass
+class Results:
+    """Per repetition: (native, generate) rates of (a) and (b), and the update time of (c)."""
+
+    fixed: list[tuple[Rate, Rate]]
+    shaped: list[tuple[Rate, Rate]]
+    update: list[float]
+
+    def ratio(self, pairs: list[tuple[Rate, Rate]], clock: str) -> float:
+        """Median over repetitions of native / generate, each pair measured back to back."""
+        return statistics.median(getattr(n, clock) / getattr(g, clock) for n, g in pairs)
+
+
+def report(b: Bench, r: Results) -> None:
+    for name, pairs in (("(a) fixed", r.fixed), ("(b) rl-shaped", r.shaped)):
+        native = statistics.median(n.wall for n, _ in pairs)
+        hf = statistics.median(g.wall for _, g in pairs)
+        print(
+            f"{name}: native {native:.0f} tok/s, generate {hf:.0f} useful tok/s (wall medians); ratio "
+            f"{r.ratio(pairs, 'wall'):.2f}x by wall time, {r.ratio(pairs, 'cpu'):.2f}x by process CPU time"
+        )
+    print(f"    (b) useful tokens {sum(b.shaped)} of the {b.cfg.prompts * max(b.shaped)} that generate decodes")
+    update_ms = 1e3 * statistics.median(r.update)
+    print(f"(c) pause(keep) -> update_weights -> resume, {b.cfg.prompts} busy slots: {update_ms:.1f} ms")
+    print(
+        f"fixed {r.ratio(r.fixed, 'wall'):.2f}x  rl-shaped {r.ratio(r.shaped, 'wall'):.2f}x  "
+        f"update {statistics.median(r.update):.3f}s"
+    )
+
+
+def main() -> None:
+    cfg = parse_args()
+    b = build(cfg)
+    t0 = time.perf_counter()
+    asyncio.run(native_tok_s(b, b.shaped))  # warm-up both sides (and compile, when asked)
+    print(f"native warm-up (compiles the decode step with --compile): {time.perf_counter() - t0:.1f}s", flush=True)
+    generate_tok_s(b, b.shaped)
+    r = Results(fixed=[], shaped=[], update=[])
+    for rep in range(cfg.reps):
+        r.fixed.append((asyncio.run(native_tok_s(b, b.fixed)), generate_tok_s(b, b.fixed)))
+        r.shaped.append((asyncio.run(native_tok_s(b, b.shaped)), generate_tok_s(b, b.shaped)))
+        r.update.append(asyncio.run(update_seconds(b, b.engine.weight_version + 1)))
+        (na, ga), (nb, gb) = r.fixed[-1], r.shaped[-1]
+        print(
+            f"rep {rep}: fixed native {na.wall:.0f} / generate {ga.wall:.0f} tok/s   rl-shaped native {nb.wall:.0f}"
+            f" / generate {gb.wall:.0f} tok/s   update {r.update[-1] * 1e3:.1f} ms",
+            flush=True,
+        )
+    report(b, r)
+
+
+if __name__ == "__main__":
+    main()

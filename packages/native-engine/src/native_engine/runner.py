@@ -1,0 +1,166 @@
+"""ModelRunner: the model, its slot KV cache and the weight version; runs one step (forward + sampling).
+
+`execute` and `load_weights` run on worker threads (torch releases the GIL) and are serialised by one lock, so a
+weight push never overlaps a forward pass, even one left running by an event loop that was closed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from moe_models import KVCache, MoEForCausalLM, load_state_dict_numpy
+from routing_state import RoutingSpec
+
+from native_engine.config import EngineConfig
+from native_engine.request import Request
+from native_engine.sampler import SamplingBatch, sample
+from native_engine.scheduler import StepPlan
+
+
+@dataclass
+class StepInput:
+    """Tensors of one step, built on the event loop from a plan (the worker thread never reads a Request)."""
+
+    prefill_ids: torch.Tensor  # [Np] int64, the prompts of admitted requests concatenated
+    prefill_slots: torch.Tensor  # [Sp] int64
+    prefill_lens: list[int]  # [Sp], sum Np
+    prefill_capture: bool
+    decode_ids: torch.Tensor  # [Sd] int64, the last token of each running request
+    decode_slots: torch.Tensor  # [Sd] int64
+    decode_capture: bool
+    sampling: SamplingBatch  # [Sp + Sd] rows: prefill rows first
+
+
+@dataclass
+class StepOutput:
+    tokens: list[int]  # [Sp + Sd]
+    log_probs: list[float]  # [Sp + Sd]
+    version: int  # the weight version the step ran under
+    prefill_rows: np.ndarray | None  # [Np, L_moe, K] routing of every prompt position
+    decode_rows: np.ndarray | None  # [Sd, L_moe, K] routing of each decode input
+    seconds: float
+
+
+def build_step_input(plan: StepPlan) -> StepInput:
+    """Packs a plan: admitted prompts for prefill, running requests' last tokens for decode."""
+    rows = plan.requests
+    prefill_ids = [t for r in plan.prefill for t in r.prompt_ids]
+    return StepInput(
+        prefill_ids=torch.tensor(prefill_ids, dtype=torch.int64),
+        prefill_slots=torch.tensor([r.slot for r in plan.prefill], dtype=torch.int64),
+        prefill_lens=[r.context_len for r in plan.prefill],
+        prefill_capture=any(r.want_rows for r in plan.prefill),
+        decode_ids=torch.tensor([r.output_ids[-1] for r in plan.decode], dtype=torch.int64),
+        decode_slots=torch.tensor([r.slot for r in plan.decode], dtype=torch.int64),
+        decode_capture=any(r.want_rows for r in plan.decode),
+        sampling=SamplingBatch(
+            temperature=torch.tensor([r.params.temperature for r in rows], dtype=torch.float32),
+            top_p=torch.tensor([r.params.top_p for r in rows], dtype=torch.float32),
+            top_k=torch.tensor([r.params.top_k for r in rows], dtype=torch.int64),
+            seed=torch.tensor([r.seed for r in rows], dtype=torch.int64),
+            counter=torch.tensor([r.num_generated for r in rows], dtype=torch.int64),
+        ),
+    )
+
+
+def routing_spec_of(model: MoEForCausalLM) -> RoutingSpec | None:
+    cfg = model.config
+    if cfg.num_moe_layers == 0:
+        return None
+    return RoutingSpec(num_layers=cfg.num_moe_layers, top_k=cfg.num_experts_per_tok, num_experts=cfg.num_experts)
+
+
+class ModelRunner:
+    """Owns the model and the KV cache (`max_slots` x `max_len` positions)."""
+
+    def __init__(self, model: MoEForCausalLM, config: EngineConfig, version: int = 0) -> None:
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        self.model = model.eval().to(config.device)
+        self.config = config
+        self.version = version
+        self.routing_spec = routing_spec_of(model)
+        self.vocab_size = int(model.config.vocab_size)
+        self.cache = KVCache(
+            model.config, config.max_slots, config.max_len, dtype=config.torch_cache_dtype, device=config.device
+        )
+        self._lock = threading.Lock()
+        self.model.compile_decode(config.compile_decode)
+
+    def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:
+        if routed is None or self.routing_spec is None:
+            return None
+        return routed.cpu().numpy().astype(self.routing_spec.dtype, copy=False)
+
+    def execute(self, step: StepInput) -> StepOutput:
+        """Prefills the admitted prompts (resetting their slots), decodes the running rows, samples each row."""
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            logits: list[torch.Tensor] = []
+            prefill_rows = decode_rows = None
+            if step.prefill_lens:
+                for slot in step.prefill_slots.tolist():
+                    self.cache.reset(slot)
+                out, routed = self.model.forward_cached(
+                    step.prefill_ids,
+                    step.prefill_slots,
+                    step.prefill_lens,
+                    self.cache,
+                    capture_routing=step.prefill_capture and self.routing_spec is not None,
+                )
+                logits.append(out)
+                prefill_rows = self._rows(routed)
+            if len(step.decode_ids):
+                out, routed = self.model.forward_cached(
+                    step.decode_ids,
+                    step.decode_slots,
+                    [1] * len(step.decode_ids),
+                    self.cache,
+                    capture_routing=step.decode_capture and self.routing_spec is not None,
+                )
+                logits.append(out)
+                decode_rows = self._rows(routed)
+            tokens, log_probs = sample(torch.cat(logits), step.sampling)
+            version = self.version
+        return StepOutput(
+            tokens=tokens.tolist(),
+            log_probs=log_probs.tolist(),
+            version=version,
+            prefill_rows=prefill_rows,
+            decode_rows=decode_rows,
+            seconds=time.perf_counter() - t0,
+        )
+
+    def load_weights(self, state: dict[str, np.ndarray], version: int) -> None:
+        """Copies a full state dict into the model in place (the compiled decode graph stays valid)."""
+        with self._lock, torch.no_grad():
+            load_state_dict_numpy(self.model, state)
+            self.version = version
+
+
+def apply_step(plan: StepPlan, out: StepOutput) -> list[Request]:
+    """Appends each row's token and routing rows to its request and returns the requests that got a token (some
+    may now be FINISHED). Requests that ended while the step ran (aborted) are skipped: their output is dropped."""
+    touched: list[Request] = []
+    offset = 0
+    for i, req in enumerate(plan.requests):
+        if i < len(plan.prefill):
+            n = req.context_len
+            chunk = out.prefill_rows[offset : offset + n] if out.prefill_rows is not None else None
+            first_position = 0
+            offset += n
+        else:
+            j = i - len(plan.prefill)
+            chunk = out.decode_rows[j : j + 1] if out.decode_rows is not None else None
+            first_position = req.context_len + req.num_generated - 1
+        if not req.has_slot:
+            continue
+        if chunk is not None and req.want_rows:
+            req.add_rows(first_position, chunk)
+        req.add_token(out.tokens[i], out.log_probs[i], out.version)
+        touched.append(req)
+    return touched

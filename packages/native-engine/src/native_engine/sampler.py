@@ -1,0 +1,92 @@
+"""Sampler: next tokens and their log-probs for a batch of rows, each with its own sampling parameters.
+
+Log-prob convention (what the trainer recomputes with `model.token_log_probs(..., temperature=T)`): the log-prob of
+a token is `log_softmax(logits / T)` over the FULL vocabulary at the sampled id, with `T` the request's temperature
+(raw logits when `T == 0`, greedy), taken before top-k / top-p filtering. Filtering only changes which token is
+drawn, not the number reported.
+
+Randomness is counter-based: row `r` draws one uniform number, a hash of (request seed, index of the token in the
+call), and takes the inverse CDF of its filtered, renormalised, temperature-scaled softmax. Every operation is
+row-wise, so a seeded request draws the same tokens whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _signed(value: int) -> int:
+    value &= _MASK64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64 finaliser on int64 tensors (wrapping arithmetic)."""
+    x = x + _signed(_GOLDEN)
+    x = (x ^ _shr(x, 30)) * _signed(_MIX1)
+    x = (x ^ _shr(x, 27)) * _signed(_MIX2)
+    return x ^ _shr(x, 31)
+
+
+def uniform_rows(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """One uniform (0, 1) float64 draw per row `[S]`, a pure function of (seed, counter) of that row."""
+    bits = _shr(_splitmix64(_splitmix64(seeds.to(torch.int64)) ^ counters.to(torch.int64)), 11)  # 53 bits
+    return (bits.to(torch.float64) + 0.5) * (1.0 / (1 << 53))
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling parameters of one step, all `[S]`."""
+
+    temperature: torch.Tensor  # float32, 0 = greedy
+    top_p: torch.Tensor  # float32 in (0, 1]
+    top_k: torch.Tensor  # int64, 0 = off
+    seed: torch.Tensor  # int64
+    counter: torch.Tensor  # int64: index of the token being sampled within its call
+
+
+def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Sets logits outside each row's top-k / top-p nucleus to -inf (at least the best token survives)."""
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)  # [S, V]
+    vocab = scaled.shape[-1]
+    rank = torch.arange(vocab, device=scaled.device)[None, :]
+    k = torch.where(top_k > 0, top_k, vocab)[:, None]
+    drop = rank >= k
+    probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # probability of strictly better tokens
+    drop |= mass_before >= top_p[:, None]
+    drop[:, 0] = False
+    return scaled.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids [S] int64, log-probs [S] float32) for logits `[S, V]` (see the module docstring)."""
+    logits = logits.float()
+    greedy = batch.temperature <= 0
+    if bool(greedy.all()):
+        tokens = logits.argmax(dim=-1)
+        return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(1)
+    temperature = torch.where(greedy, torch.ones_like(batch.temperature), batch.temperature)
+    scaled = logits / temperature[:, None]  # [S, V]
+    log_probs = scaled.log_softmax(dim=-1)
+    if bool(((batch.top_k > 0) | (batch.top_p < 1.0)).any()):
+        probs = _filter(scaled, batch.top_k, batch.top_p).softmax(dim=-1)
+    else:
+        probs = log_probs.exp()
+    cdf = probs.double().cumsum(dim=-1)  # [S, V]; filtered-out tokens add 0 and are never drawn
+    u = uniform_rows(batch.seed, batch.counter) * cdf[:, -1]  # [S]
+    drawn = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_max(logits.shape[-1] - 1)
+    tokens = torch.where(greedy, scaled.argmax(dim=-1), drawn)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(1)
