@@ -9,6 +9,9 @@ also computes per-token log-probs and captures routing; `generate` does neither.
 `--reps` times, the two sides back to back; ratios are medians of the per-repetition ratios (robust to the
 load of a shared machine drifting); ratios by process CPU time are printed too. The last line is
 `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native tokens/s over generate tokens/s).
+With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
+and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
+credited with the tokens it returned); native/vLLM ratios are printed before the last line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+    from engine_adapters.vllm import VLLMServer
     from native_engine import NativeEngine
     from transformers import Qwen3MoeForCausalLM
 
@@ -38,6 +42,7 @@ class BenchConfig:
     compile_decode: bool
     vocab_size: int
     seed: int
+    vllm: bool
 
 
 def parse_args() -> BenchConfig:
@@ -55,12 +60,14 @@ def parse_args() -> BenchConfig:
         help="torch.compile the native engine's decode step (EngineConfig.compile_decode; off by default: a few "
         "percent faster end to end on CPU for ~40 s of compiling)",
     )
+    p.add_argument("--vllm", action="store_true", help="also measure a vLLM CPU server on the same weights")
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     return BenchConfig(
-        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.vocab_size, a.seed
-    )
+        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.vocab_size, a.seed,
+        a.vllm,
+    )  # fmt: skip
 
 
 @dataclass
@@ -186,6 +193,8 @@ class Results:
     fixed: list[tuple[Rate, Rate]]
     shaped: list[tuple[Rate, Rate]]
     update: list[float]
+    vllm_fixed: list[float]  # vLLM tokens/s (wall), same repetitions; empty without --vllm
+    vllm_shaped: list[float]
 
     def ratio(self, pairs: list[tuple[Rate, Rate]], clock: str) -> float:
         """Median over repetitions of native / generate, each pair measured back to back."""
@@ -201,12 +210,70 @@ def report(b: Bench, r: Results) -> None:
             f"{r.ratio(pairs, 'wall'):.2f}x by wall time, {r.ratio(pairs, 'cpu'):.2f}x by process CPU time"
         )
     print(f"    (b) useful tokens {sum(b.shaped)} of the {b.cfg.prompts * max(b.shaped)} that generate decodes")
+    for name, pairs, peer in (("(a) fixed", r.fixed, r.vllm_fixed), ("(b) rl-shaped", r.shaped, r.vllm_shaped)):
+        if peer:
+            ratio = statistics.median(n.wall / v for (n, _), v in zip(pairs, peer, strict=True))
+            print(f"{name}: vLLM CPU server {statistics.median(peer):.0f} tok/s; native/vLLM {ratio:.2f}x")
     update_ms = 1e3 * statistics.median(r.update)
     print(f"(c) pause(keep) -> update_weights -> resume, {b.cfg.prompts} busy slots: {update_ms:.1f} ms")
     print(
         f"fixed {r.ratio(r.fixed, 'wall'):.2f}x  rl-shaped {r.ratio(r.shaped, 'wall'):.2f}x  "
         f"update {statistics.median(r.update):.3f}s"
     )
+
+
+async def vllm_tok_s(url: str, prompts: list[list[int]], lengths: list[int]) -> float:
+    """Tokens per second (wall) that a vLLM server returns for one batch of concurrent calls over HTTP."""
+    from engine_adapters.vllm import VLLMEngine
+    from rollout_core import SamplingParams
+
+    engine = await VLLMEngine.connect(url)
+    try:
+        base = SamplingParams(max_new_tokens=1, temperature=1.0)
+        calls = [
+            engine.generate(f"v{i}", p, base.replace(max_new_tokens=n, seed=i))
+            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))
+        ]
+        t0 = time.perf_counter()
+        segs = await asyncio.gather(*calls)
+        return sum(len(s.token_ids) for s in segs) / (time.perf_counter() - t0)
+    finally:
+        await engine.close()
+
+
+def launch_vllm(b: Bench, ckpt_dir: str) -> VLLMServer:
+    from engine_adapters.vllm import VLLMServer, VLLMServerConfig
+    from moe_models import save_pretrained
+
+    save_pretrained(b.engine.model, ckpt_dir)
+    cfg = VLLMServerConfig(
+        model=ckpt_dir,
+        max_num_seqs=b.cfg.prompts,
+        max_model_len=b.cfg.prompt_len + b.cfg.new_tokens + 8,
+        extra_args=("--skip-tokenizer-init",),
+    )
+    server = VLLMServer.launch(cfg)
+    print(f"vLLM server up in {server.startup_s:.1f}s", flush=True)
+    return server
+
+
+def run_reps(b: Bench, url: str | None) -> Results:
+    r = Results(fixed=[], shaped=[], update=[], vllm_fixed=[], vllm_shaped=[])
+    for rep in range(b.cfg.reps):
+        r.fixed.append((asyncio.run(native_tok_s(b, b.fixed)), generate_tok_s(b, b.fixed)))
+        r.shaped.append((asyncio.run(native_tok_s(b, b.shaped)), generate_tok_s(b, b.shaped)))
+        if url is not None:
+            r.vllm_fixed.append(asyncio.run(vllm_tok_s(url, b.prompts, b.fixed)))
+            r.vllm_shaped.append(asyncio.run(vllm_tok_s(url, b.prompts, b.shaped)))
+        r.update.append(asyncio.run(update_seconds(b, b.engine.weight_version + 1)))
+        (na, ga), (nb, gb) = r.fixed[-1], r.shaped[-1]
+        peer = f"   vLLM {r.vllm_fixed[-1]:.0f} / {r.vllm_shaped[-1]:.0f} tok/s" if url is not None else ""
+        print(
+            f"rep {rep}: fixed native {na.wall:.0f} / generate {ga.wall:.0f} tok/s   rl-shaped native {nb.wall:.0f}"
+            f" / generate {gb.wall:.0f} tok/s   update {r.update[-1] * 1e3:.1f} ms{peer}",
+            flush=True,
+        )
+    return r
 
 
 def main() -> None:
@@ -216,17 +283,15 @@ def main() -> None:
     asyncio.run(native_tok_s(b, b.shaped))  # warm-up both sides (and compile, when asked)
     print(f"native warm-up (compiles the decode step with --compile): {time.perf_counter() - t0:.1f}s", flush=True)
     generate_tok_s(b, b.shaped)
-    r = Results(fixed=[], shaped=[], update=[])
-    for rep in range(cfg.reps):
-        r.fixed.append((asyncio.run(native_tok_s(b, b.fixed)), generate_tok_s(b, b.fixed)))
-        r.shaped.append((asyncio.run(native_tok_s(b, b.shaped)), generate_tok_s(b, b.shaped)))
-        r.update.append(asyncio.run(update_seconds(b, b.engine.weight_version + 1)))
-        (na, ga), (nb, gb) = r.fixed[-1], r.shaped[-1]
-        print(
-            f"rep {rep}: fixed native {na.wall:.0f} / generate {ga.wall:.0f} tok/s   rl-shaped native {nb.wall:.0f}"
-            f" / generate {gb.wall:.0f} tok/s   update {r.update[-1] * 1e3:.1f} ms",
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory() as ckpt:
+        server = launch_vllm(b, ckpt) if cfg.vllm else None
+        try:
+            if server is not None:
+                asyncio.run(vllm_tok_s(server.base_url, b.prompts[:4], [8] * 4))  # warm-up
+            r = run_reps(b, server.base_url if server is not None else None)
+        finally:
+            if server is not None:
+                server.stop()
     report(b, r)
 
 
