@@ -6,6 +6,10 @@ records them), so this suite needs no engine; tests/sync_ppo repeats the mismatc
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -168,3 +172,51 @@ def test_token_budget_split_covers_every_row_once_within_budget(lengths: list[in
     assert sorted(r for g in groups for r in g) == list(range(len(lengths)))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[r] for r in g) <= budget
+
+
+def _grads_with(policy_loss: str, old_shift: float, **overrides: object) -> tuple[dict[str, torch.Tensor], dict]:
+    """Gradient and metrics of one step with old log-probs = the rollout's + `old_shift` (a proximal policy)."""
+    samples = rollouts(tiny_model(), num_prompts=4, per_prompt=2)
+    batch = collate(samples, PAD)
+    model = tiny_model()
+    b = backend(model, policy_loss=policy_loss, **overrides)
+    old = batch.rollout_log_probs + old_shift * batch.response_mask
+    metrics = b.train_step(batch, grpo_advantages(batch.rewards, batch.group_ids), old)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, metrics
+
+
+def test_decoupled_loss_equals_ppo_clip_when_proximal_equals_behaviour() -> None:
+    plain, _ = _grads_with("ppo_clip", 0.0)
+    decoupled, metrics = _grads_with("decoupled", 0.0)
+    assert metrics["actor/behaviour_is_mean"] == pytest.approx(1.0)
+    for name, value in plain.items():
+        torch.testing.assert_close(decoupled[name], value, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def test_decoupled_loss_weights_by_proximal_over_behaviour_and_truncates_at_the_cap() -> None:
+    plain, _ = _grads_with("ppo_clip", 0.1, grad_clip=1e9)
+    decoupled, metrics = _grads_with("decoupled", 0.1, grad_clip=1e9)  # every token weighted exp(0.1)
+    assert metrics["actor/behaviour_is_mean"] == pytest.approx(math.exp(0.1), rel=1e-5)
+    for name, value in plain.items():
+        torch.testing.assert_close(decoupled[name], value * math.exp(0.1), atol=1e-7, rtol=1e-4, msg=name)
+    _, capped = _grads_with("decoupled", 0.1, is_cap=1.05)
+    assert capped["actor/behaviour_is_mean"] == pytest.approx(1.05, rel=1e-6)
+
+
+def test_decoupled_loss_without_recomputed_old_log_probs_is_an_error() -> None:
+    samples = rollouts(tiny_model(), num_prompts=2, per_prompt=2)
+    batch = collate(samples, PAD)
+    b = backend(tiny_model(), policy_loss="decoupled")
+    with pytest.raises(ValueError, match="expected recomputed old_log_probs"):
+        b.train_step(batch, grpo_advantages(batch.rewards, batch.group_ids))
+
+
+def test_mismatch_counts_only_tokens_sampled_by_the_weights_the_trainer_holds() -> None:
+    model = tiny_model()
+    samples = rollouts(model)
+    stale = [dataclasses.replace(s, token_versions=[7] * len(s.token_versions)) for s in samples[:4]]
+    batch = collate(stale + samples[4:], PAD)
+    metrics = backend(model).train_step(batch, grpo_advantages(batch.rewards, batch.group_ids))
+    fresh_tokens = sum(len(s.response_ids) for s in samples[4:])
+    assert metrics["mismatch/replay/tokens"] == fresh_tokens < batch.num_loss_tokens
+    assert metrics["mismatch/replay/abs_diff_mean"] < 2e-6

@@ -33,6 +33,16 @@ class TorchBackendConfig:
         default="token-mean", metadata={"help": "loss aggregation: token-mean, seq-mean-token-mean, ..."}
     )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature the log-probs are taken under"})
+    policy_loss: str = field(
+        default="ppo_clip",
+        metadata={
+            "help": "ppo_clip: PPO against old_log_probs (the rollout's unless recomputed); decoupled: AReaL's "
+            "decoupled PPO, proximal = the recomputed old_log_probs, behaviour = the rollout's (needs recompute)"
+        },
+    )
+    is_cap: float = field(
+        default=0.0, metadata={"help": "decoupled: truncate the behaviour IS weight pi_prox/mu at this cap (0: none)"}
+    )
     mismatch_sample_seqs: int = field(
         default=32, metadata={"help": "sequences per step whose log-probs are also computed WITHOUT router replay"}
     )
@@ -51,6 +61,12 @@ class TorchBackendConfig:
         if self.mismatch_sample_seqs < 0:
             raise ValueError(f"TorchBackendConfig.mismatch_sample_seqs: expected >= 0, got {self.mismatch_sample_seqs}")
         AggMode(self.agg_mode)  # raises ValueError naming the bad mode
+        if self.policy_loss not in ("ppo_clip", "decoupled"):
+            raise ValueError(
+                f"TorchBackendConfig.policy_loss: expected 'ppo_clip' or 'decoupled', got {self.policy_loss!r}"
+            )
+        if self.is_cap < 0 or (0 < self.is_cap < 1):
+            raise ValueError(f"TorchBackendConfig.is_cap: expected 0 (off) or >= 1, got {self.is_cap}")
 
     @property
     def dual_clip(self) -> float | None:

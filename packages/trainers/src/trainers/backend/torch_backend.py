@@ -21,7 +21,7 @@ from trainers.backend.micro_batches import select_rows, split_by_token_budget, s
 from trainers.backend.mismatch import log_prob_mismatch
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
-from trainers.policy_loss import ppo_clip_loss
+from trainers.policy_loss import decoupled_ppo_loss, ppo_clip_loss
 
 RNG_KEY = "rng.torch"
 
@@ -84,11 +84,16 @@ class TorchBackend:
         rng = np.random.default_rng([self.config.seed, self._version])
         rows = sorted(rng.choice(real, size=min(n, len(real)), replace=False).tolist())
         sub = select_rows(batch, rows)
-        out = log_prob_mismatch(self.log_probs(sub, replay=False), sub.rollout_log_probs, sub.response_mask,
-                                "mismatch/no_replay")  # fmt: skip
+        same = self._same_version_mask(sub)
+        out = log_prob_mismatch(self.log_probs(sub, replay=False), sub.rollout_log_probs, same, "mismatch/no_replay")
         # the same sequences with replay, for a like-for-like comparison (mismatch/replay covers the whole batch)
         lp = self.log_probs(sub, replay=True)
-        return out | log_prob_mismatch(lp, sub.rollout_log_probs, sub.response_mask, "mismatch/sample_replay")
+        return out | log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/sample_replay")
+
+    def _same_version_mask(self, batch: TrainBatch) -> torch.Tensor:  # [B, T-1]
+        """Loss tokens sampled by exactly the weights held now: the only ones whose rollout log-prob the
+        trainer's forward should reproduce (older tokens differ by the policy's own change, not by mismatch)."""
+        return batch.response_mask * (batch.token_versions == self._version).to(batch.response_mask.dtype)
 
     def _micro_step(
         self, batch: TrainBatch, rows: list[int], old: torch.Tensor, adv: torch.Tensor, counts: tuple[float, float]
@@ -98,11 +103,15 @@ class TorchBackend:
         sub = select_rows(batch, rows)
         width = sub.input_ids.shape[1] - 1
         log_probs = self._forward(sub, self.router_replay)
-        loss, metrics = ppo_clip_loss(
-            log_probs, old[rows, :width], adv[rows, :width], sub.response_mask,
-            clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip_c=cfg.dual_clip, agg_mode=cfg.agg_mode,
-            num_tokens=counts[0], num_seqs=counts[1],
-        )  # fmt: skip
+        common = dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip_c=cfg.dual_clip, agg_mode=cfg.agg_mode,
+                      num_tokens=counts[0], num_seqs=counts[1])  # fmt: skip
+        if cfg.policy_loss == "decoupled":
+            loss, metrics = decoupled_ppo_loss(
+                log_probs, old[rows, :width], batch.rollout_log_probs[rows, :width], adv[rows, :width],
+                sub.response_mask, is_cap=cfg.is_cap or None, **common,
+            )  # fmt: skip
+        else:
+            loss, metrics = ppo_clip_loss(log_probs, old[rows, :width], adv[rows, :width], sub.response_mask, **common)
         world = 1 if self.dp is None else self.dp.world_size
         (loss * world).backward()  # FSDP2 averages gradients over ranks; the loss already has global denominators
         return metrics, log_probs.detach(), int(sub.response_mask.sum())
@@ -152,7 +161,9 @@ class TorchBackend:
     ) -> dict[str, float]:
         """One PPO update (see `TrainingBackend`). `mismatch/replay/*` compares the rollout log-probs with the
         trainer's pre-update replayed forward: `old_log_probs` when recomputed, else the first mini-batch's own
-        training forward (the whole batch when `mini_batches_per_step == 1`)."""
+        training forward (the whole batch when `mini_batches_per_step == 1`). Every `mismatch/*` metric covers only
+        tokens sampled by the version the trainer holds (`/tokens` counts them): in synchronous training all of
+        them, in asynchronous training the fresh ones."""
         cfg = self.config
         mask = batch.response_mask
         adv = advantages if advantages.dim() == 2 else broadcast_to_tokens(advantages, mask)
@@ -160,6 +171,11 @@ class TorchBackend:
             raise ValueError(f"advantages: expected [B] or {tuple(mask.shape)}, got {tuple(advantages.shape)}")
         if old_log_probs is not None and old_log_probs.shape != mask.shape:
             raise ValueError(f"old_log_probs: expected {tuple(mask.shape)}, got {tuple(old_log_probs.shape)}")
+        if cfg.policy_loss == "decoupled" and old_log_probs is None:
+            raise ValueError(
+                "policy_loss decoupled: expected recomputed old_log_probs (the proximal policy), got None; "
+                "recompute them with log_probs() before train_step"
+            )
         old = batch.rollout_log_probs if old_log_probs is None else old_log_probs
         out = self._no_replay_sample(batch)
         sums = MetricSums()
@@ -170,11 +186,12 @@ class TorchBackend:
                 capture = first_lp if epoch == 0 and i == 0 else None
                 self._optimizer_step(batch, rows, old, adv, sums, capture)
         replay_prefix = "mismatch/replay" if self.router_replay else "mismatch/train"
+        same = self._same_version_mask(batch)
         if old_log_probs is not None:
-            out |= log_prob_mismatch(old_log_probs, batch.rollout_log_probs, mask, replay_prefix)
+            out |= log_prob_mismatch(old_log_probs, batch.rollout_log_probs, same, replay_prefix)
         else:
             rows = mini_batches[0] if self.dp is None else self.dp.shard(mini_batches[0])
-            out |= log_prob_mismatch(first_lp[rows], batch.rollout_log_probs[rows], mask[rows], replay_prefix)
+            out |= log_prob_mismatch(first_lp[rows], batch.rollout_log_probs[rows], same[rows], replay_prefix)
         self._version += 1
         result = sums.result()
         if self.dp is not None and "actor/pg_loss" in result:
