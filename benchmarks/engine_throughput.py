@@ -40,6 +40,7 @@ class BenchConfig:
     reps: int
     threads: int
     compile_decode: bool
+    decode_burst: int
     vocab_size: int
     seed: int
     vllm: bool
@@ -60,13 +61,19 @@ def parse_args() -> BenchConfig:
         help="torch.compile the native engine's decode step (EngineConfig.compile_decode; off by default: a few "
         "percent faster end to end on CPU for ~40 s of compiling)",
     )
+    p.add_argument(
+        "--decode-burst",
+        type=int,
+        default=64,
+        help="EngineConfig.decode_burst: decode steps per worker-thread call (1 = one thread hop per token)",
+    )
     p.add_argument("--vllm", action="store_true", help="also measure a vLLM CPU server on the same weights")
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     return BenchConfig(
-        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.vocab_size, a.seed,
-        a.vllm,
+        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.decode_burst,
+        a.vocab_size, a.seed, a.vllm,
     )  # fmt: skip
 
 
@@ -102,6 +109,7 @@ def build(cfg: BenchConfig) -> Bench:
         max_len=cfg.prompt_len + cfg.new_tokens,
         eos_token_ids=(),
         compile_decode=cfg.compile_decode,
+        decode_burst=cfg.decode_burst,
     )
     rng = np.random.default_rng(cfg.seed)
     return Bench(

@@ -39,7 +39,8 @@ def _decode_and_compare(
 @pytest.mark.parametrize(
     ("slots", "num_slots"),
     [
-        ([0, 1, 2], 3),  # the batch is exactly a slot range: keys read in place
+        ([0, 1, 2], 3),  # the batch is exactly a slot range of one length: keys read in place, nothing masked
+        ([2, 0, 1], 3),  # a permuted whole range of one length: queries scattered, nothing masked
         ([4, 1, 2], 6),  # a permuted range with a gap: queries scattered into the range
         ([0, 15], 16),  # far-apart slots: keys copied out of the cache
     ],

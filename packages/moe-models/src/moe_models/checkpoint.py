@@ -163,5 +163,8 @@ def state_dict_numpy(model: MoEForCausalLM, *, disk_layout: bool = False) -> dic
 
 
 def load_state_dict_numpy(model: MoEForCausalLM, state: dict[str, np.ndarray]) -> None:
-    """Inverse of `state_dict_numpy` (either layout); copies in place, casting to each parameter's dtype."""
-    load_state_dict_tensors(model, {name: torch.from_numpy(np.asarray(arr)) for name, arr in state.items()})
+    """Inverse of `state_dict_numpy` (either layout); copies in place, casting to each parameter's dtype.
+    Read-only arrays (e.g. zero-copy from Ray's object store) are copied once, as torch needs writable memory."""
+    load_state_dict_tensors(
+        model, {name: torch.from_numpy(np.require(arr, requirements="W")) for name, arr in state.items()}
+    )

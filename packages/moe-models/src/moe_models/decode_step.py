@@ -42,7 +42,9 @@ class DecodeGeometry:
     num_rows: int  # R
     scatter: torch.Tensor | None  # [S] slot_ids - lo, None when the batch is exactly lo .. lo + S - 1 in order
     gather: torch.Tensor | None  # [S] slot_ids when the batch's slots are copied out of the cache
-    mask: torch.Tensor  # [R * KVH, 1, key_len] additive (0 or -inf) in the model dtype
+    mask: torch.Tensor  # [R * KVH, 1, key_len] additive (0 or -inf) in the model dtype; [1, 1, 1] zero when every
+    # row read has exactly key_len keys (nothing to mask: attention then skips adding it)
+    masked: bool
 
 
 def decode_geometry(
@@ -51,7 +53,8 @@ def decode_geometry(
     """slots: slot_ids as a list (already validated as distinct and in range). Raises ValueError, changing
     nothing, when a slot is full."""
     positions = cache.lengths.index_select(0, slot_ids)  # [S]
-    key_len = int(positions.max()) + 1
+    shortest, longest = (int(v) for v in torch.aminmax(positions))
+    key_len = longest + 1
     if key_len > cache.max_len:
         full = [s for s, p in zip(slots, positions.tolist(), strict=True) if p + 1 > cache.max_len]
         raise ValueError(
@@ -62,6 +65,11 @@ def decode_geometry(
     write_rows = (slot_ids[:, None] * num_kv_heads + heads) * cache.max_len + positions[:, None]  # [S, KVH]
     lo, hi = min(slots), max(slots) + 1
     scatter = gather = None
+    if hi - lo == len(slots) and shortest == longest:  # the batch is a whole slot range of one length
+        if slots != list(range(lo, hi)):
+            scatter = slot_ids - lo
+        mask = torch.zeros(1, 1, 1, dtype=dtype, device=slot_ids.device)
+        return DecodeGeometry(positions, write_rows, key_len, lo, hi - lo, scatter, gather, mask, False)
     if hi - lo <= 2 * len(slots):
         row_lens = cache.lengths[lo:hi]  # [R] batch rows: their position; other rows: anything finite
         if slots != list(range(lo, hi)):
@@ -71,7 +79,7 @@ def decode_geometry(
     keys = torch.arange(key_len, device=slot_ids.device)
     mask = torch.where(keys <= row_lens[:, None], 0.0, float("-inf")).to(dtype)  # [R, L]
     mask = mask[:, None, None, :].expand(-1, num_kv_heads, 1, -1).reshape(-1, 1, key_len)
-    return DecodeGeometry(positions, write_rows, key_len, lo, hi - lo, scatter, gather, mask)
+    return DecodeGeometry(positions, write_rows, key_len, lo, hi - lo, scatter, gather, mask, True)
 
 
 def _attention(
@@ -107,8 +115,11 @@ def _attention(
         values = v_cache[:, :, : geo.key_len].index_select(0, geo.gather)
     keys = keys.reshape(-1, geo.key_len, d).to(q.dtype)
     values = values.reshape(-1, geo.key_len, d).to(q.dtype)
-    scores = torch.baddbmm(geo.mask, q, keys.transpose(1, 2), alpha=attn.scaling)  # [R * KVH, G, L]
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    # [R * KVH, G, L]; beta=0 when nothing is masked: the same alpha * q.k as adding a zero mask, bit for bit
+    scores = torch.baddbmm(geo.mask, q, keys.transpose(1, 2), beta=1.0 if geo.masked else 0.0, alpha=attn.scaling)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    if probs.dtype != q.dtype:
+        probs = probs.to(q.dtype)
     out = torch.bmm(probs, values).view(geo.num_rows, heads * d)  # [R, H * D]
     return out if geo.scatter is None else out.index_select(0, geo.scatter)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 from collections.abc import Callable
 from typing import Literal
 
@@ -12,11 +13,12 @@ from moe_models import MoEForCausalLM, load_pretrained
 from rollout_core import SamplingParams, Segment
 from routing_state import RoutingSpec
 
+from native_engine.burst import BurstChunk
 from native_engine.config import EngineConfig
 from native_engine.metrics import EngineMetrics, MetricsRecorder
 from native_engine.request import Request, RequestStatus
-from native_engine.runner import ModelRunner, apply_step, build_step_input
-from native_engine.scheduler import Scheduler
+from native_engine.runner import ModelRunner, StepOutput, apply_chunk, apply_step, build_step_input
+from native_engine.scheduler import Scheduler, StepPlan
 from native_engine.weights import WeightSource, read_state
 
 PauseMode = Literal["abort", "keep", "wait"]
@@ -63,6 +65,7 @@ class NativeEngine:
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._in_step = False
+        self._interrupt = threading.Event()  # set: the worker's decode burst ends after the step in progress
 
     @classmethod
     def from_pretrained(
@@ -145,6 +148,7 @@ class NativeEngine:
             want_rows=params.return_routed_experts and self.routing_spec is not None,
         )
         self._scheduler.add(request)
+        self._interrupt.set()
         self._kick()
         try:
             return await request.future
@@ -164,24 +168,29 @@ class NativeEngine:
 
     # ------------------------------------------------------------------ pause, resume, weights
     async def pause(self, mode: PauseMode = "abort") -> None:
-        """Stops admitting calls; "abort" ends in-flight ones, "keep" freezes them, "wait" lets them finish."""
+        """Stops admitting calls; "abort" ends in-flight ones, "keep" freezes them, "wait" lets them finish.
+
+        "abort" first freezes the running calls and lets the decode burst in progress end after its current step,
+        so every token already computed is returned with its call (none is computed and then dropped)."""
         self._bind()
         if mode not in PAUSE_MODES:
             raise ValueError(f"pause mode: expected one of {PAUSE_MODES}, got {mode!r}")
         self._scheduler.paused = True
-        if mode == "abort":
-            for request in list(self._scheduler.live.values()):
-                self._end(request, RequestStatus.ABORTED)
-        elif mode == "keep":
+        self._interrupt.set()
+        if mode in ("abort", "keep"):
             self._scheduler.freeze_running()
         self._kick()
         await self._wait_for(lambda: not self._in_step and (mode != "wait" or self._scheduler.num_running == 0))
+        if mode == "abort":
+            for request in list(self._scheduler.live.values()):
+                self._end(request, RequestStatus.ABORTED)
 
     async def resume(self) -> None:
         """Admits queued calls again and continues frozen ones (under the weights loaded now)."""
         self._bind()
         self._scheduler.paused = False
         self._scheduler.thaw()
+        self._interrupt.set()
         self._kick()
 
     async def update_weights(self, state: WeightSource, version: int) -> None:
@@ -215,6 +224,7 @@ class NativeEngine:
             raise RuntimeError("NativeEngine: expected one event loop at a time, got calls from a second live loop")
         for request in list(self._scheduler.live.values()):
             self._scheduler.end(request, RequestStatus.ABORTED)
+        self._interrupt.set()
         self._loop, self._task, self._waiters, self._in_step = loop, None, [], False
         return loop
 
@@ -225,6 +235,8 @@ class NativeEngine:
 
     def _end(self, request: Request, status: RequestStatus) -> None:
         """Removes a request and resolves its caller with its Segment (or the error building it)."""
+        if status == RequestStatus.ABORTED:
+            self._interrupt.set()
         self._scheduler.end(request, status)
         if request.future.done():
             return
@@ -246,16 +258,48 @@ class NativeEngine:
             self._waiters.append(waiter)
             await waiter
 
+    def _apply(self, plan: StepPlan, outputs: list[StepOutput | BurstChunk]) -> None:
+        """Applies a step's outputs in order (on the event loop) and resolves the calls that finished."""
+        for out in outputs:
+            if isinstance(out, StepOutput):
+                self._metrics.record_step(len(plan.requests), sum(r.context_len for r in plan.prefill), out.seconds)
+                touched = apply_step(plan, out)
+            else:
+                self._metrics.record_steps(out.steps, len(out.rows), out.seconds)
+                touched = apply_chunk(plan, out)
+            for request in touched:
+                if request.status == RequestStatus.FINISHED:
+                    self._end(request, RequestStatus.FINISHED)
+        self._notify()
+
+    def _deliverer(self, plan: StepPlan) -> Callable[[list[StepOutput | BurstChunk]], None]:
+        """Hands outputs from the worker thread to the loop, in order; dropped once that loop is closed (its calls
+        were dropped with it)."""
+        loop = self._loop
+        assert loop is not None
+
+        def deliver(outputs: list[StepOutput | BurstChunk]) -> None:
+            try:
+                loop.call_soon_threadsafe(self._apply, plan, outputs)
+            except RuntimeError:
+                if not loop.is_closed():
+                    raise
+
+        return deliver
+
     async def _step_loop(self) -> None:
         try:
             while True:
+                # a fresh flag per step, made before planning: whatever happens after the plan ends this burst
+                self._interrupt = threading.Event()
                 plan = self._scheduler.plan()
                 if plan.empty:
                     return
-                step = build_step_input(plan)
+                nobody_waits = self._scheduler.paused or self._scheduler.num_waiting == 0
+                step = build_step_input(plan, self.config.decode_burst, nobody_waits, self._interrupt)
                 self._in_step = True
                 try:
-                    out = await asyncio.to_thread(self._runner.execute, step)
+                    outputs = await asyncio.to_thread(self._runner.execute, step, self._deliverer(plan))
                 except Exception as exc:  # the step's calls fail with the model's error; the engine goes on
                     for request in plan.requests:
                         if request.is_live:
@@ -265,12 +309,9 @@ class NativeEngine:
                     continue
                 finally:
                     self._in_step = False
-                self._metrics.record_step(len(plan.requests), len(step.prefill_ids), out.seconds)
-                for request in apply_step(plan, out):
-                    if request.status == RequestStatus.FINISHED:
-                        self._end(request, RequestStatus.FINISHED)
-                self._notify()
+                self._apply(plan, outputs)
         finally:
+            self._interrupt.set()  # a burst left running by a cancelled loop stops after its step
             if self._task is asyncio.current_task():
                 self._task = None
             self._notify()

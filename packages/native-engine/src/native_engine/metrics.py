@@ -51,6 +51,13 @@ class MetricsRecorder:
         self.busy_seconds += seconds
         self._occupancy_sum += rows / self.max_slots
 
+    def record_steps(self, steps: int, rows: int, seconds: float) -> None:
+        """`steps` decode steps of `rows` rows each (a burst chunk), `seconds` in all."""
+        self.steps += steps
+        self.generated_tokens += steps * rows
+        self.busy_seconds += seconds
+        self._occupancy_sum += steps * rows / self.max_slots
+
     def snapshot(self, *, running: int, frozen: int, waiting: int, version: int, paused: bool) -> EngineMetrics:
         return EngineMetrics(
             steps=self.steps,

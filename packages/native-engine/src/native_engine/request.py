@@ -82,6 +82,26 @@ class Request:
         if self.stop_reason is not None:
             self.status = RequestStatus.FINISHED
 
+    def add_tokens(self, tokens: list[int], log_probs: list[float], version: int) -> None:
+        """`add_token` for each of consecutive tokens; tokens after the one that ends the request are dropped."""
+        budget = self.params.max_new_tokens - len(self.output_ids)
+        cut = min(len(tokens), budget)
+        for n, token in enumerate(tokens[:cut]):
+            if token in self.stop_ids:
+                cut = n + 1
+                break
+        if cut <= 0:
+            return
+        self.output_ids.extend(tokens[:cut])
+        self.log_probs.extend(log_probs[:cut])
+        self.token_versions.extend([version] * cut)
+        if self.output_ids[-1] in self.stop_ids:
+            self.stop_reason = StopReason.STOP
+        elif len(self.output_ids) >= self.params.max_new_tokens:
+            self.stop_reason = StopReason.LENGTH
+        if self.stop_reason is not None:
+            self.status = RequestStatus.FINISHED
+
     def segment(self, spec: RoutingSpec | None, current_version: int) -> Segment:
         """The Segment of this call so far (a finished call, or an aborted one with what it generated)."""
         versions = self.token_versions

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from moe_models import KVCache, MoEForCausalLM, load_state_dict_numpy
 from routing_state import RoutingSpec
 
+from native_engine.burst import BurstChunk, BurstSpec, run_burst
 from native_engine.config import EngineConfig
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
@@ -33,10 +35,13 @@ class StepInput:
     decode_slots: torch.Tensor  # [Sd] int64
     decode_capture: bool
     sampling: SamplingBatch  # [Sp + Sd] rows: prefill rows first
+    burst: BurstSpec  # how far the worker may decode on after this step's token
 
 
 @dataclass
 class StepOutput:
+    """The step's own token for each of its rows (plan order)."""
+
     tokens: list[int]  # [Sp + Sd]
     log_probs: list[float]  # [Sp + Sd]
     version: int  # the weight version the step ran under
@@ -45,8 +50,33 @@ class StepOutput:
     seconds: float
 
 
-def build_step_input(plan: StepPlan) -> StepInput:
-    """Packs a plan: admitted prompts for prefill, running requests' last tokens for decode."""
+PROGRESS_STEPS = 8  # a burst hands its tokens to the event loop at least this often
+
+
+def _burst_spec(plan: StepPlan, max_steps: int, continue_past_finish: bool, interrupt: threading.Event) -> BurstSpec:
+    rows = plan.requests
+    width = max((len(r.stop_ids) for r in rows), default=0)
+    stop_ids = torch.full((len(rows), width), -1, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        if r.stop_ids:
+            stop_ids[i, : len(r.stop_ids)] = torch.tensor(sorted(r.stop_ids), dtype=torch.int64)
+    return BurstSpec(
+        max_steps=max_steps,
+        remaining=[r.params.max_new_tokens - r.num_generated - 1 for r in rows],
+        stop_ids=stop_ids,
+        slots=torch.tensor([r.slot for r in rows], dtype=torch.int64),
+        capture=any(r.want_rows for r in rows),
+        progress_steps=PROGRESS_STEPS,
+        continue_past_finish=continue_past_finish,
+        interrupt=interrupt,
+    )
+
+
+def build_step_input(
+    plan: StepPlan, max_burst: int = 1, continue_past_finish: bool = False, interrupt: threading.Event | None = None
+) -> StepInput:
+    """Packs a plan: admitted prompts for prefill, running requests' last tokens for decode; the worker may run up
+    to `max_burst` steps in all (see `native_engine.burst`)."""
     rows = plan.requests
     prefill_ids = [t for r in plan.prefill for t in r.prompt_ids]
     return StepInput(
@@ -57,6 +87,9 @@ def build_step_input(plan: StepPlan) -> StepInput:
         decode_ids=torch.tensor([r.output_ids[-1] for r in plan.decode], dtype=torch.int64),
         decode_slots=torch.tensor([r.slot for r in plan.decode], dtype=torch.int64),
         decode_capture=any(r.want_rows for r in plan.decode),
+        burst=_burst_spec(
+            plan, max_burst - 1, continue_past_finish, interrupt if interrupt is not None else threading.Event()
+        ),
         sampling=SamplingBatch(
             temperature=torch.tensor([r.params.temperature for r in rows], dtype=torch.float32),
             top_p=torch.tensor([r.params.top_p for r in rows], dtype=torch.float32),
@@ -65,6 +98,9 @@ def build_step_input(plan: StepPlan) -> StepInput:
             counter=torch.tensor([r.num_generated for r in rows], dtype=torch.int64),
         ),
     )
+
+
+Deliver = Callable[[list["StepOutput | BurstChunk"]], None]
 
 
 def routing_spec_of(model: MoEForCausalLM) -> RoutingSpec | None:
@@ -96,8 +132,18 @@ class ModelRunner:
             return None
         return routed.cpu().numpy().astype(self.routing_spec.dtype, copy=False)
 
-    def execute(self, step: StepInput) -> StepOutput:
-        """Prefills the admitted prompts (resetting their slots), decodes the running rows, samples each row."""
+    def _decode(
+        self, ids: torch.Tensor, slots: torch.Tensor, capture: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One decode token for each of the rows `ids` [R] in `slots` [R]: (logits [R, V], routing or None)."""
+        return self.model.forward_cached(
+            ids, slots, [1] * len(ids), self.cache, capture_routing=capture and self.routing_spec is not None
+        )
+
+    def execute(self, step: StepInput, deliver: Deliver) -> list[StepOutput | BurstChunk]:
+        """Prefills the admitted prompts (resetting their slots), decodes the running rows, samples each row; then
+        decodes on as `step.burst` allows. Outputs handed over early went through `deliver`, in order; the
+        returned ones come after them."""
         t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
             logits: list[torch.Tensor] = []
@@ -115,31 +161,49 @@ class ModelRunner:
                 logits.append(out)
                 prefill_rows = self._rows(routed)
             if len(step.decode_ids):
-                out, routed = self.model.forward_cached(
-                    step.decode_ids,
-                    step.decode_slots,
-                    [1] * len(step.decode_ids),
-                    self.cache,
-                    capture_routing=step.decode_capture and self.routing_spec is not None,
-                )
+                out, routed = self._decode(step.decode_ids, step.decode_slots, step.decode_capture)
                 logits.append(out)
                 decode_rows = self._rows(routed)
             tokens, log_probs = sample(torch.cat(logits), step.sampling)
             version = self.version
-        return StepOutput(
-            tokens=tokens.tolist(),
-            log_probs=log_probs.tolist(),
-            version=version,
-            prefill_rows=prefill_rows,
-            decode_rows=decode_rows,
-            seconds=time.perf_counter() - t0,
-        )
+            first = StepOutput(
+                tokens=tokens.tolist(),
+                log_probs=log_probs.tolist(),
+                version=version,
+                prefill_rows=prefill_rows,
+                decode_rows=decode_rows,
+                seconds=time.perf_counter() - t0,
+            )
+            pending: list[StepOutput | BurstChunk] = [first]
+
+            def hand_over(chunks: list[BurstChunk]) -> None:
+                deliver([*pending, *chunks])
+                pending.clear()
+
+            dtype = None if self.routing_spec is None else np.dtype(self.routing_spec.dtype)
+            rest = run_burst(self._decode, step.burst, tokens, step.sampling, version, dtype, hand_over)
+        return [*pending, *rest]
 
     def load_weights(self, state: dict[str, np.ndarray], version: int) -> None:
         """Copies a full state dict into the model in place (the compiled decode graph stays valid)."""
         with self._lock, torch.no_grad():
             load_state_dict_numpy(self.model, state)
             self.version = version
+
+
+def apply_chunk(plan: StepPlan, chunk: BurstChunk) -> list[Request]:
+    """Appends a burst chunk's tokens and routing rows to its requests; returns those that got tokens (some may now
+    be FINISHED). Requests that ended while the burst ran are skipped: their output is dropped."""
+    touched: list[Request] = []
+    for j, i in enumerate(chunk.rows):
+        req = plan.requests[i]
+        if not req.has_slot:
+            continue
+        if chunk.routing is not None and req.want_rows:
+            req.add_rows(req.context_len + req.num_generated - 1, chunk.routing[j])
+        req.add_tokens(chunk.tokens[j], chunk.log_probs[j], chunk.version)
+        touched.append(req)
+    return touched
 
 
 def apply_step(plan: StepPlan, out: StepOutput) -> list[Request]:

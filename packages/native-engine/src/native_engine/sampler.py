@@ -71,22 +71,57 @@ def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> t
     return scaled.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
 
 
-def sample(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token ids [S] int64, log-probs [S] float32) for logits `[S, V]` (see the module docstring)."""
-    logits = logits.float()
+@dataclass(frozen=True)
+class PreparedSampling:
+    """What `sample` derives from a `SamplingBatch` before looking at logits; fixed for a burst of steps.
+
+    temperature: [S, 1] float32, greedy rows set to 1 (their logits are used raw). greedy: [S] bool, None when no
+    row is greedy. Host flags say which branches the batch needs, so a step has no host sync for them."""
+
+    temperature: torch.Tensor
+    greedy: torch.Tensor | None
+    all_greedy: bool
+    top_k: torch.Tensor | None  # [S] int64 and [S] float32, None when no row filters
+    top_p: torch.Tensor | None
+
+
+def prepare(batch: SamplingBatch) -> PreparedSampling:
     greedy = batch.temperature <= 0
-    if bool(greedy.all()):
+    any_greedy, all_greedy = bool(greedy.any()), bool(greedy.all())
+    filtered = bool(((batch.top_k > 0) | (batch.top_p < 1.0)).any())
+    temperature = torch.where(greedy, torch.ones_like(batch.temperature), batch.temperature)[:, None]
+    return PreparedSampling(
+        temperature=temperature,
+        greedy=greedy if any_greedy else None,
+        all_greedy=all_greedy,
+        top_k=batch.top_k if filtered else None,
+        top_p=batch.top_p if filtered else None,
+    )
+
+
+def sample_prepared(
+    logits: torch.Tensor, prep: PreparedSampling, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample` with its per-batch part done (`prepare`) and each row's uniform draw given ([S] float64, from
+    `uniform_rows`): the same tokens and log-probs, bit for bit."""
+    logits = logits.float()
+    if prep.all_greedy:
         tokens = logits.argmax(dim=-1)
         return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(1)
-    temperature = torch.where(greedy, torch.ones_like(batch.temperature), batch.temperature)
-    scaled = logits / temperature[:, None]  # [S, V]
+    scaled = logits / prep.temperature  # [S, V]
     log_probs = scaled.log_softmax(dim=-1)
-    if bool(((batch.top_k > 0) | (batch.top_p < 1.0)).any()):
-        probs = _filter(scaled, batch.top_k, batch.top_p).softmax(dim=-1)
+    if prep.top_k is not None and prep.top_p is not None:
+        probs = _filter(scaled, prep.top_k, prep.top_p).softmax(dim=-1)
     else:
         probs = log_probs.exp()
     cdf = probs.double().cumsum(dim=-1)  # [S, V]; filtered-out tokens add 0 and are never drawn
-    u = uniform_rows(batch.seed, batch.counter) * cdf[:, -1]  # [S]
-    drawn = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_max(logits.shape[-1] - 1)
-    tokens = torch.where(greedy, scaled.argmax(dim=-1), drawn)
+    u = uniforms * cdf[:, -1]  # [S]
+    tokens = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_max(logits.shape[-1] - 1)
+    if prep.greedy is not None:
+        tokens = torch.where(prep.greedy, scaled.argmax(dim=-1), tokens)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(1)
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids [S] int64, log-probs [S] float32) for logits `[S, V]` (see the module docstring)."""
+    return sample_prepared(logits, prepare(batch), uniform_rows(batch.seed, batch.counter))

@@ -1,0 +1,218 @@
+"""DecodeBurst: the decode steps a worker thread runs after a step's first token, before going back to the loop.
+
+A thread hop per token (asyncio.to_thread, then per-request bookkeeping on the event loop) costs about as much as a
+small model's decode step, so the worker keeps decoding the step's rows by itself while nothing needs the loop:
+no new call, abort, pause or resume (`interrupt`, checked after every step, so those are served within one
+step), and no row finished. Rows that finish (a stop token or their token budget) end the burst, or, when no call
+is waiting for a slot (`continue_past_finish`), are handed to the loop at once (`deliver`) while the rest go on.
+Tokens also go to the loop every `progress_steps` steps (applied there while the worker goes on), so callers and
+`metrics()` see progress at a fine grain.
+
+Every row's math is that of a one-step-per-hop engine: the same forward pass per step and the same counter-based
+draw (seed, token index), so tokens, log-probs and routing rows do not depend on how steps are grouped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+
+from native_engine.sampler import PreparedSampling, SamplingBatch, prepare, sample_prepared, uniform_rows
+
+DecodeFn = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+@dataclass
+class BurstSpec:
+    """How far the worker may keep decoding a step's rows (all lists and tensors in the plan's row order, [S]).
+
+    remaining[i]: tokens row i may still sample after the step's token (its max_new_tokens - generated - 1).
+    stop_ids: [S, M] int64 stop tokens of each row, padded with -1 (M may be 0).
+    """
+
+    max_steps: int  # extra steps after the step's own, >= 0
+    remaining: list[int]
+    stop_ids: torch.Tensor
+    slots: torch.Tensor  # [S] int64, each row's slot
+    capture: bool  # capture routing rows (some row wants them)
+    progress_steps: int  # hand tokens to the loop at least every this many steps (progress stays visible)
+    continue_past_finish: bool
+    interrupt: threading.Event
+
+
+@dataclass
+class BurstChunk:
+    """`steps` consecutive decode steps, right after the step's token, for some of the step's rows."""
+
+    rows: list[int]  # [R] indices into the plan's requests
+    tokens: list[list[int]]  # [R][steps]
+    log_probs: list[list[float]]  # [R][steps]
+    routing: np.ndarray | None  # [R, steps, L_moe, K]: the routing of each step's input token
+    version: int
+    steps: int
+    seconds: float
+
+
+@dataclass
+class _Rows:
+    """The rows still decoding, sorted by slot (a contiguous slot range keeps attention on cache views)."""
+
+    index: list[int]  # plan row of each
+    remaining: list[int]  # tokens each may still sample
+    ids: torch.Tensor  # [R] the next input token of each
+    slots: torch.Tensor  # [R]
+    sampling: SamplingBatch  # counters: those of the burst's first step
+    stop_ids: torch.Tensor  # [R, M]
+    uniforms: torch.Tensor  # [R, T] float64: each row's draw for burst steps 0 .. T-1 (counter-based, see sampler)
+    prepared: PreparedSampling
+    step: int = 0  # burst steps done
+
+    @staticmethod
+    def build(
+        index: list[int],
+        remaining: list[int],
+        ids: torch.Tensor,
+        slots: torch.Tensor,
+        sampling: SamplingBatch,
+        stop_ids: torch.Tensor,
+        steps: int,
+    ) -> _Rows:
+        """Rows whose next token has counter `sampling.counter`; draws are made for `steps` steps ahead."""
+        counters = sampling.counter[:, None] + torch.arange(steps)  # [R, T]
+        uniforms = uniform_rows(sampling.seed[:, None], counters)
+        return _Rows(index, remaining, ids, slots, sampling, stop_ids, uniforms, prepare(sampling))
+
+    def select(self, keep: list[int]) -> _Rows:
+        """The rows at positions `keep`."""
+        pick = torch.tensor(keep, dtype=torch.int64)
+        sampling = _select_sampling(self.sampling, pick)
+        return _Rows(
+            index=[self.index[j] for j in keep],
+            remaining=[self.remaining[j] for j in keep],
+            ids=self.ids.index_select(0, pick),
+            slots=self.slots.index_select(0, pick),
+            sampling=sampling,
+            stop_ids=self.stop_ids.index_select(0, pick),
+            uniforms=self.uniforms.index_select(0, pick),
+            prepared=prepare(sampling),
+            step=self.step,
+        )
+
+    def sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's tokens and log-probs (exactly `sampler.sample` with each row's counter)."""
+        out = sample_prepared(logits, self.prepared, self.uniforms[:, self.step])
+        self.step += 1
+        return out
+
+    def advance(self, tokens: torch.Tensor, steps: int) -> None:
+        """`tokens` [R] are the next inputs; `steps` burst steps were handed over since the last call with steps."""
+        self.ids = tokens
+        if steps:
+            self.remaining = [left - steps for left in self.remaining]
+
+
+def _select_sampling(s: SamplingBatch, pick: torch.Tensor) -> SamplingBatch:
+    return SamplingBatch(*(getattr(s, f.name).index_select(0, pick) for f in fields(SamplingBatch)))
+
+
+def _finished(tokens: torch.Tensor, rows: _Rows, steps: int) -> list[int]:
+    """Positions (in `rows`) of rows done after `steps` burst steps: budget spent or a stop token drawn."""
+    done = {j for j, left in enumerate(rows.remaining) if left <= steps}
+    if rows.stop_ids.shape[1]:
+        hit = (tokens[:, None] == rows.stop_ids).any(dim=1)
+        if bool(hit.any()):
+            done.update(hit.nonzero().view(-1).tolist())
+    return sorted(done)
+
+
+def _chunk(
+    rows: _Rows,
+    tokens: list[torch.Tensor],
+    lps: list[torch.Tensor],
+    routing: list[torch.Tensor],
+    version: int,
+    t0: float,
+    dtype: np.dtype | None,
+) -> BurstChunk:
+    """The steps since the last chunk: tokens/lps/routing hold one [R] / [R] / [R, L_moe, K] tensor per step."""
+    routed = None
+    if routing and dtype is not None:
+        routed = torch.stack(routing, dim=1).numpy().astype(dtype)  # [R, steps, L_moe, K]
+    return BurstChunk(
+        rows=list(rows.index),
+        tokens=torch.stack(tokens, dim=1).tolist(),
+        log_probs=torch.stack(lps, dim=1).tolist(),
+        routing=routed,
+        version=version,
+        steps=len(tokens),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _start(spec: BurstSpec, first_tokens: torch.Tensor, sampling: SamplingBatch) -> _Rows | None:
+    """The rows that go on after the step's tokens, or None when the burst ends with the step."""
+    first = first_tokens.tolist()
+    alive = [i for i in range(len(first)) if spec.remaining[i] > 0 and first[i] not in spec.stop_ids[i].tolist()]
+    ended_now = len(alive) < len(first)
+    if not alive or spec.max_steps == 0 or spec.interrupt.is_set() or (ended_now and not spec.continue_past_finish):
+        return None
+    slots = spec.slots.tolist()
+    alive.sort(key=lambda i: slots[i])
+    pick = torch.tensor(alive, dtype=torch.int64)
+    picked = _select_sampling(sampling, pick)
+    return _Rows.build(
+        index=alive,
+        remaining=[spec.remaining[i] for i in alive],
+        ids=first_tokens.index_select(0, pick),
+        slots=spec.slots.index_select(0, pick),
+        sampling=replace(picked, counter=picked.counter + 1),  # the burst's first token is each row's next one
+        stop_ids=spec.stop_ids.index_select(0, pick),
+        steps=spec.max_steps,
+    )
+
+
+def run_burst(
+    decode: DecodeFn,
+    spec: BurstSpec,
+    first_tokens: torch.Tensor,
+    sampling: SamplingBatch,
+    version: int,
+    rows_dtype: np.dtype | None,
+    deliver: Callable[[list[BurstChunk]], None],
+) -> list[BurstChunk]:
+    """Decodes on after the step's tokens `first_tokens` [S] (plan order; `sampling` is the step's, so its
+    counters are those of `first_tokens`). Chunks handed over early went through `deliver`, in order; the
+    returned ones come after them."""
+    rows = _start(spec, first_tokens, sampling)
+    if rows is None:
+        return []
+    tokens: list[torch.Tensor] = []
+    lps: list[torch.Tensor] = []
+    routing: list[torch.Tensor] = []
+    t0 = time.perf_counter()
+    for step in range(1, spec.max_steps + 1):
+        logits, routed = decode(rows.ids, rows.slots, spec.capture)
+        tok, lp = rows.sample(logits)
+        tokens.append(tok)
+        lps.append(lp)
+        if routed is not None:
+            routing.append(routed)
+        done = _finished(tok, rows, len(tokens))
+        last = step == spec.max_steps or spec.interrupt.is_set() or len(done) == len(rows.index)
+        if last or (done and not spec.continue_past_finish):
+            break
+        if done or len(tokens) >= spec.progress_steps:
+            deliver([_chunk(rows, tokens, lps, routing, version, t0, rows_dtype)])
+            rows.advance(tok, len(tokens))
+            if done:
+                gone = set(done)
+                rows = rows.select([j for j in range(len(rows.index)) if j not in gone])
+            tokens, lps, routing, t0 = [], [], [], time.perf_counter()
+        else:
+            rows.advance(tok, 0)
+    return [_chunk(rows, tokens, lps, routing, version, t0, rows_dtype)]
