@@ -17,7 +17,7 @@ from run_config import to_toml
 from run_logging import MetricsLog, RunDir
 from trainers.backend import TorchBackend, TorchBackendConfig
 
-from sync_ppo.config import AppConfig
+from sync_ppo.config import AlgorithmConfig, AppConfig, TrainConfig
 
 
 @dataclass
@@ -39,13 +39,13 @@ class Components:
         return self.splits.validation[:n] if n else self.splits.validation
 
 
-def backend_config(cfg: AppConfig) -> TorchBackendConfig:
-    t = cfg.train
+def backend_config(t: TrainConfig, algorithm: AlgorithmConfig, *, temperature: float, seed: int) -> TorchBackendConfig:
     return TorchBackendConfig(
         lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, ppo_epochs=t.ppo_epochs,
         mini_batches_per_step=t.mini_batches_per_step, micro_batch_tokens=t.micro_batch_tokens, clip_low=t.clip_low,
-        clip_high=t.clip_high, dual_clip_c=t.dual_clip_c, agg_mode=t.agg_mode, temperature=cfg.rollout.temperature,
-        mismatch_sample_seqs=t.mismatch_sample_seqs, seed=cfg.run.seed,
+        clip_high=t.clip_high, dual_clip_c=t.dual_clip_c, agg_mode=t.agg_mode, temperature=temperature,
+        mismatch_sample_seqs=t.mismatch_sample_seqs, seed=seed, policy_loss=algorithm.policy_loss,
+        is_cap=algorithm.is_cap,
     )  # fmt: skip
 
 
@@ -65,7 +65,9 @@ def build_components(cfg: AppConfig) -> Components:
         EngineConfig(max_slots=cfg.rollout.engine_slots, max_len=longest_prompt + max_new, seed=cfg.run.seed),
     )
     backend = TorchBackend(
-        load_pretrained(base.checkpoint_dir), backend_config(cfg), router_replay=cfg.algorithm.router_replay
+        load_pretrained(base.checkpoint_dir),
+        backend_config(cfg.train, cfg.algorithm, temperature=cfg.rollout.temperature, seed=cfg.run.seed),
+        router_replay=cfg.algorithm.router_replay,
     )
     return Components(
         cfg=cfg, run=run, log=MetricsLog(run.metrics), base=base, tokenizer=tokenizer, splits=splits,

@@ -68,6 +68,19 @@ class AlgorithmConfig:
         "PPO's old policy: the rollout's log-probs (bypass mode) or a recomputed trainer forward", "rollout"
     )
     router_replay: bool = _help("replay the engine's routed experts in every trainer forward (R3)", True)
+    policy_loss: Literal["ppo_clip", "decoupled"] = _help(
+        "ppo_clip: PPO against the old policy; decoupled: AReaL's decoupled PPO (proximal = recomputed old policy, "
+        "behaviour = rollout log-probs; off-policy correction for stale samples; needs old_log_probs recompute)",
+        "ppo_clip",
+    )
+    is_cap: float = _help("decoupled: truncate the behaviour importance weight at this cap (TIS; 0: no cap)", 0.0)
+
+    def __post_init__(self) -> None:
+        if self.policy_loss == "decoupled" and self.old_log_probs != "recompute":
+            raise ValueError(
+                "algorithm: policy_loss decoupled needs old_log_probs = recompute (the proximal policy), got "
+                f"old_log_probs = {self.old_log_probs!r}"
+            )
 
 
 @dataclass

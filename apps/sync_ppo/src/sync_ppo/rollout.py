@@ -63,16 +63,27 @@ class ScoredSample:
         return self._result().pred
 
 
-async def _generate_one(engine: Engine, request: GenRequest, prompt_ids: list[int]) -> Trajectory:
+async def _generate_one(
+    engine: Engine, request: GenRequest, prompt_ids: list[int], *, partial_rollout: bool, max_resumes: int
+) -> Trajectory:
     try:
-        return await generate_with_resume(engine, request.request_id, prompt_ids, request.params)
+        return await generate_with_resume(engine, request.request_id, prompt_ids, request.params,
+                                          partial_rollout=partial_rollout, max_resumes=max_resumes)  # fmt: skip
     except Exception as exc:  # the engine's error marks this one sample `error`; it is counted, never trained on
         return Trajectory(prompt_ids=prompt_ids, status=TrajectoryStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
 
 
-async def generate_all(engine: Engine, tokenizer: CharTokenizer, requests: Sequence[GenRequest]) -> list[Trajectory]:
-    """All requests submitted at once (the engine batches them); results in request order."""
-    calls = [_generate_one(engine, r, encode_prompt(tokenizer, r.example.prompt)) for r in requests]
+async def generate_all(
+    engine: Engine, tokenizer: CharTokenizer, requests: Sequence[GenRequest], *, partial_rollout: bool = True,
+    max_resumes: int = 16,
+) -> list[Trajectory]:  # fmt: skip
+    """All requests submitted at once (the engine batches them); results in request order. An aborted engine call
+    resumes with prompt + tokens so far (`partial_rollout`) up to `max_resumes` times (`generate_with_resume`)."""
+    calls = [
+        _generate_one(engine, r, encode_prompt(tokenizer, r.example.prompt), partial_rollout=partial_rollout,
+                      max_resumes=max_resumes)
+        for r in requests
+    ]  # fmt: skip
     return list(await asyncio.gather(*calls))
 
 
