@@ -220,3 +220,13 @@ def test_mismatch_counts_only_tokens_sampled_by_the_weights_the_trainer_holds() 
     fresh_tokens = sum(len(s.response_ids) for s in samples[4:])
     assert metrics["mismatch/replay/tokens"] == fresh_tokens < batch.num_loss_tokens
     assert metrics["mismatch/replay/abs_diff_mean"] < 2e-6
+
+
+def test_the_no_replay_sample_skips_sequences_without_tokens_of_the_current_version() -> None:
+    model = tiny_model()
+    samples = rollouts(model)
+    stale = [dataclasses.replace(s, token_versions=[7] * len(s.token_versions)) for s in samples]
+    batch = collate(stale, PAD)
+    metrics = backend(model).train_step(batch, grpo_advantages(batch.rewards, batch.group_ids))
+    assert "mismatch/no_replay/tokens" not in metrics  # nothing to compare: no extra forward either
+    assert metrics["mismatch/replay/tokens"] == 0

@@ -75,10 +75,11 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ update
     def _no_replay_sample(self, batch: TrainBatch) -> dict[str, float]:
-        """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences (a seeded choice per
-        version)."""
+        """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences that hold tokens of the
+        version the trainer holds (a seeded choice per version; none: no extra forward)."""
         n = self.config.mismatch_sample_seqs
-        real = [i for i in range(batch.batch_size) if not bool(batch.is_padding[i])]
+        fresh = self._same_version_mask(batch).sum(dim=1) > 0  # only these rows have tokens to compare
+        real = [i for i in range(batch.batch_size) if not bool(batch.is_padding[i]) and bool(fresh[i])]
         if n == 0 or not real or batch.replay_ids is None:
             return {}
         rng = np.random.default_rng([self.config.seed, self._version])
