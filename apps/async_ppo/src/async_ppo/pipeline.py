@@ -1,0 +1,276 @@
+"""The driver of an async PPO run. Rollouters generate continuously; the driver's loop is:
+
+    for each step:
+        groups  <- broker.take(prompts_per_step complete groups, none older than max_staleness)
+        outcome <- trainer.train(groups)                      (router replay, per-token versions)
+        queue the next step's take and update (the trainer never waits for the driver)
+        push the new weights to every rollouter (pause keep | abort), tell the broker the served version
+        every k steps: start a validation on the validator's own engine (collected when ready)
+        dumps -> metrics line -> progress bar -> checkpoint (trainer state + ledger of unfinished prompts)
+
+While it waits, the fleet replaces rollouters that die (their prompts run again); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from run_logging import Progress
+from sync_ppo.dump_records import dump_record, write_step_dump
+from sync_ppo.rollout import SampleStatus, ScoredSample
+from sync_ppo.validation import ValidationResult
+from trainers.dumps import DumpKind
+
+from async_ppo.broker import Broker
+from async_ppo.checkpoint import PipelineProgress, commit_checkpoint, load_checkpoint, staging_dir
+from async_ppo.config import AsyncConfig
+from async_ppo.fleet import RolloutFleet
+from async_ppo.group import FinishedGroup
+from async_ppo.ledger import LedgerState
+from async_ppo.ray_session import RaySession
+from async_ppo.setup import RunSetup, prepare
+from async_ppo.summary import RunSummary, summarize, write_plots
+from async_ppo.trainer_actor import TrainerActor, TrainOutcome
+from async_ppo.validator import Validator
+
+PROGRESS_FIELDS = {
+    "reward": "reward/mean", "val_acc": "val/greedy_acc", "stale": "staleness/sample_mean",
+    "queue": "queue/ready_groups", "tok/s": "perf/rollout_tokens_per_s",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainCall:
+    """One queued trainer step: the broker's take and the update that consumes it (Ray object references)."""
+
+    step: int
+    taken: Any
+    result: Any
+
+
+@dataclass(frozen=True)
+class StagedCheckpoint:
+    tmp: Path
+    saved: Any  # the trainer's save call
+    ledger: LedgerState
+
+
+class Pipeline:
+    def __init__(self, setup: RunSetup, session: RaySession) -> None:
+        self.setup = setup
+        self.cfg = setup.cfg
+        self.session = session
+        self.pending_validations: dict[int, Any] = {}
+        self.base_val_acc: float | None = None
+        self.staged: StagedCheckpoint | None = None
+        self.last_step_end = time.perf_counter()
+
+    # ------------------------------------------------------------------ start
+    async def start(self, resume: bool) -> PipelineProgress:
+        cfg, s = self.cfg, self.setup
+        loaded = None
+        if resume:
+            path = s.run.latest_checkpoint()
+            if path is None:
+                raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
+            loaded = load_checkpoint(path)
+            s.log.truncate_after(loaded.progress.step)
+        version = loaded.progress.version if loaded else 0
+        self.trainer = (
+            ray.remote(TrainerActor)
+            .options(**self.session.trainer_options())
+            .remote(s.trainer_spec, str(loaded.trainer_dir) if loaded else None)
+        )
+        p = cfg.rollout
+        self.broker = ray.remote(Broker).options(**RaySession.light_options()).remote(
+            p.prompts_per_step, cfg.pipeline.max_staleness, (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
+            version, loaded.ledger if loaded else None,
+        )  # fmt: skip
+        self.validator = ray.remote(Validator).options(**RaySession.light_options()).remote(
+            str(s.base.checkpoint_dir), cfg.task, cfg.validation, max_len=s.max_len,
+            max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, niceness=cfg.ray.helper_niceness,
+        )  # fmt: skip
+        self.fleet = RolloutFleet(s.rollouter_specs(), self.broker, self.session.rollouter_options,
+                                  max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s)  # fmt: skip
+        weights = self.trainer.export_weights.remote() if loaded else None
+        await self.fleet.start(weights, version)
+        if loaded:
+            self.base_val_acc = loaded.progress.base_val_acc
+            return loaded.progress
+        self.pending_validations[0] = self.validator.validate.remote(None, 0, 0)
+        return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
+
+    # ------------------------------------------------------------------ one step
+    def submit(self, step: int) -> TrainCall:
+        """Queues step `step`'s take and update; the trainer starts as soon as its groups are ready."""
+        taken = self.broker.take.remote(self.cfg.rollout.prompts_per_step, step - 1)
+        return TrainCall(step, taken, self.trainer.train.remote(taken))
+
+    async def step(self, call: TrainCall) -> tuple[dict[str, float], TrainCall | None]:
+        """Finishes `call`; queues the next step's update before pushing, dumping and logging this one, so the
+        trainer never waits for the driver. Returns the step's metrics and the next call (None after the last)."""
+        cfg, step = self.cfg, call.step
+        outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}", cfg.ray.stall_timeout_s,
+                                                      self._describe)  # fmt: skip
+        groups, excluded = await call.taken
+        t1 = time.perf_counter()
+        push = step % cfg.pipeline.sync_every == 0 or step == cfg.run.steps
+        validate = self.due(step, cfg.validation.every_steps)
+        weights = self.trainer.export_weights.remote() if push or validate else None
+        if self.due(step, cfg.run.checkpoint_every):
+            await self._stage_checkpoint(step)  # queued on the trainer before the next update
+        after = self.submit(step + 1) if step < cfg.run.steps else None
+        metrics = dict(outcome.metrics)
+        if push:
+            metrics["timing/push_s"] = await self.fleet.push(weights, outcome.version, cfg.pipeline.pause_mode)
+            await self.broker.set_served_version.remote(outcome.version)
+        if validate:
+            self.pending_validations[step] = self.validator.validate.remote(weights, outcome.version, step)
+        self._dump(step, groups, outcome)
+        metrics |= await self._queue_metrics(groups, excluded)
+        now = time.perf_counter()
+        metrics["timing/sync_s"] = now - t1
+        metrics["timing/step_s"] = now - self.last_step_end  # wall time per step, start-up excluded after step 1
+        self.last_step_end = now
+        metrics["perf/samples_per_s"] = metrics["rollout/num_samples"] / metrics["timing/step_s"]
+        metrics["perf/rollout_tokens_per_s"] = metrics["rollout/generated_tokens"] / metrics["timing/step_s"]
+        return metrics, after
+
+    def due(self, step: int, every: int) -> bool:
+        return (every > 0 and step % every == 0) or step == self.cfg.run.steps
+
+    async def _describe(self) -> str:
+        stats = await self.broker.stats.remote()
+        return f"Broker: {stats.describe()}; rollouter restarts {self.fleet.restarts}"
+
+    def _dump(self, step: int, groups: list[FinishedGroup], outcome: TrainOutcome) -> None:
+        """Every response of the step's groups (dropped ones with their status), with its advantage."""
+        records = [
+            dump_record(s, step=step, uid=s.request.request_id, advantage=outcome.advantages.get(s.request.request_id))
+            for g in groups
+            for s in g.samples
+        ]
+        write_step_dump(self.setup.run.rollouts(step), DumpKind.TRAIN, step, records)
+
+    async def _queue_metrics(self, groups: list[FinishedGroup], excluded: list[int]) -> dict[str, float]:
+        stats = await self.broker.stats.remote()
+        samples = [s for g in groups for s in g.samples]
+        return rollout_quality(samples) | {
+            "queue/ready_groups": float(stats.ready),
+            "queue/running_prompts": float(stats.running),
+            "staleness/excluded_groups": float(len(excluded)),
+            "staleness/excluded_total": float(stats.counters.excluded_stale),
+            "fault/rollouter_restarts": float(self.fleet.restarts),
+            "fault/prompts_rerun": float(stats.counters.rerun_after_fault),
+            "rollout/generated_tokens": float(sum(g.generated_tokens for g in groups)),
+            "rollout/group_generate_s_mean": sum(g.generate_s for g in groups) / len(groups),
+        }
+
+    # ------------------------------------------------------------------ validation, checkpoints
+    async def collect_validations(self, *, wait: bool) -> dict[str, float]:
+        """Logs every finished validation as its own metrics row (its step's); with `wait`, all of them.
+        Returns the newest collected metrics (for the progress bar)."""
+        newest: dict[str, float] = {}
+        for step, ref in sorted(self.pending_validations.items()):
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready and not wait:
+                continue
+            result: ValidationResult = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
+            write_step_dump(self.setup.run.validation(step), DumpKind.VAL, step, result.records)
+            self.setup.log.log(step, result.metrics)
+            if step == 0:
+                self.base_val_acc = result.greedy_acc
+            del self.pending_validations[step]
+            newest = result.metrics
+        return newest
+
+    async def _stage_checkpoint(self, step: int) -> None:
+        """The trainer's save is queued and the ledger snapshotted before the next step's take and update, so
+        both describe exactly the state after `step`."""
+        tmp = staging_dir(self.setup.run, step)
+        saved = self.trainer.save.remote(str(tmp / "trainer"))
+        self.staged = StagedCheckpoint(tmp, saved, await self.broker.snapshot.remote())
+
+    async def commit_checkpoint(self, progress: PipelineProgress) -> None:
+        """Completes the checkpoint staged at `progress.step` (the base accuracy is awaited: it belongs in it)."""
+        staged, self.staged = self.staged, None
+        if staged is None:
+            raise RuntimeError(f"commit_checkpoint: no checkpoint was staged at step {progress.step}")
+        if 0 in self.pending_validations:
+            await self.collect_validations(wait=True)
+            progress = dataclasses.replace(progress, base_val_acc=self.base_val_acc)
+        await asyncio.wait_for(staged.saved, self.cfg.ray.call_timeout_s)
+        commit_checkpoint(self.setup.run, staged.tmp, staged.ledger, progress, keep=self.cfg.run.keep_checkpoints)
+
+    async def stop(self) -> None:
+        await self.broker.stop.remote()
+        await self.fleet.stop()
+        await self.validator.close.remote()
+
+    def kill(self) -> None:
+        """Ends every actor this pipeline made (after an error too), so an attached Ray session stays clean."""
+        handles = [getattr(self, name, None) for name in ("trainer", "broker", "validator")]
+        handles += [m.handle for m in self.fleet.members.values()] if hasattr(self, "fleet") else []
+        for h in handles:
+            if h is not None:
+                ray.kill(h, no_restart=True)
+
+
+def rollout_quality(samples: list[ScoredSample]) -> dict[str, float]:
+    """sync_ppo's quality metrics over real samples (the trainer never sees dropped ones)."""
+    ok = [s for s in samples if s.status is SampleStatus.OK]
+    lengths = [len(s.trajectory.response_ids) for s in ok]
+    n = max(len(ok), 1)
+    return {
+        "reward/mean": sum(s.reward for s in ok) / n,
+        "reward/acc": sum(s.acc for s in ok) / n,
+        "reward/num_error": float(sum(s.status is SampleStatus.REWARD_ERROR for s in samples)),
+        "rollout/num_dropped": float(sum(s.status is SampleStatus.NOT_OK for s in samples)),
+        "rollout/num_samples": float(len(ok)),
+        "rollout/response_length_mean": sum(lengths) / n,
+    }
+
+
+async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
+    setup = prepare(cfg)
+    session = RaySession.open(cfg.ray)
+    pipe = Pipeline(setup, session)
+    t0 = time.perf_counter()
+    try:
+        progress = await pipe.start(resume)
+        elapsed0 = progress.elapsed_s
+        bar = Progress(cfg.run.steps, PROGRESS_FIELDS, initial=progress.step, disable=not cfg.run.progress)
+        try:
+            call = pipe.submit(progress.step + 1) if progress.step < cfg.run.steps else None
+            pipe.last_step_end = time.perf_counter()
+            while call is not None:
+                step = call.step
+                metrics, call = await pipe.step(call)
+                setup.log.log(step, metrics)
+                bar.update(step, metrics | await pipe.collect_validations(wait=False))
+                progress = PipelineProgress(step, step, cfg.run.seed, pipe.base_val_acc,
+                                            elapsed0 + time.perf_counter() - t0)  # fmt: skip
+                if pipe.staged is not None:
+                    await pipe.commit_checkpoint(progress)
+            await pipe.collect_validations(wait=True)
+        finally:
+            bar.close()
+        await pipe.stop()
+    finally:
+        pipe.kill()
+        session.close()
+    if cfg.run.plots:
+        write_plots(setup.run)
+    return summarize(setup.run, seed=cfg.run.seed, wall_s=elapsed0 + time.perf_counter() - t0,
+                     base_val_acc=pipe.base_val_acc)  # fmt: skip
+
+
+def train(cfg: AsyncConfig, *, resume: bool = False) -> RunSummary:
+    """Runs (or resumes) a whole async run; returns its summary."""
+    return asyncio.run(run_pipeline(cfg, resume))

@@ -1,0 +1,45 @@
+"""Staleness of trained samples, in weight versions.
+
+A trainer step that updates policy version `v` (its weights before the update) trains a token sampled by
+version `u` with staleness `v - u` >= 0. A sample's staleness is its oldest token's (`v - min_version`); its
+version span `max_version - min_version` > 0 means a weight push happened while it was being generated.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from rollout_core import NOT_SAMPLED, Trajectory
+
+
+def staleness_metrics(trajectories: Sequence[Trajectory], policy_version: int) -> dict[str, float]:
+    """`staleness/*` over the sampled tokens of `trajectories` (those without a sampled token are skipped)."""
+    sample_lag: list[int] = []
+    spans: list[int] = []
+    token_lag: list[int] = []
+    for t in trajectories:
+        if t.min_version is None or t.max_version is None:
+            continue
+        sample_lag.append(policy_version - t.min_version)
+        spans.append(t.max_version - t.min_version)
+        token_lag.extend(policy_version - v for v in t.token_versions if v != NOT_SAMPLED)
+    if not sample_lag:
+        return {}
+    if min(sample_lag) < 0:
+        raise ValueError(
+            f"staleness: a token's version is newer than the policy being trained ({policy_version}); got lag "
+            f"{min(sample_lag)} (versions went backwards?)"
+        )
+    return {
+        "staleness/sample_mean": statistics.fmean(sample_lag),
+        "staleness/sample_max": float(max(sample_lag)),
+        "staleness/token_mean": statistics.fmean(token_lag),
+        "staleness/multi_version_frac": sum(s > 0 for s in spans) / len(spans),
+        "staleness/version_span_max": float(max(spans)),
+    }
+
+
+def sample_staleness(min_versions: Sequence[int | None], step: int) -> list[int]:
+    """Per-sample staleness of the responses trained at `step` (policy version `step - 1`), for histograms."""
+    return [step - 1 - v for v in min_versions if v is not None]
