@@ -7,6 +7,7 @@ this process, so samples travel broker -> trainer without passing through the dr
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,7 @@ class TrainerActor:
         self.probe = BehaviourProbe(model, keep=spec.keep_versions, sample_seqs=spec.train.mismatch_sample_seqs,
                                     temperature=spec.temperature, seed=spec.seed)  # fmt: skip
         self.probe.record(model, self.backend.version)
+        self._probe_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="behaviour-probe")
 
     @property
     def version(self) -> int:
@@ -77,13 +79,15 @@ class TrainerActor:
         old = None
         if self.spec.algorithm.old_log_probs == "recompute":
             old = self.backend.log_probs(sb.batch, replay=self.spec.algorithm.router_replay)
+        # the probe reads only remembered weights and the batch: it runs on a second core during the update
+        probe = self._probe_thread.submit(self.probe.measure, sb.batch, policy_version)
         metrics = self.backend.train_step(sb.batch, sb.advantages, old)
         t2 = time.perf_counter()
-        metrics |= self.probe.measure(sb.batch, policy_version)
+        metrics |= probe.result()
         self.probe.record(self.backend.model, self.backend.version)
         metrics |= staleness_metrics([s.trajectory for s in sb.real], policy_version)
         t3 = time.perf_counter()
-        metrics |= {"timing/collate_s": t1 - t0, "timing/update_s": t2 - t1, "timing/probe_s": t3 - t2}
+        metrics |= {"timing/collate_s": t1 - t0, "timing/update_s": t2 - t1, "timing/probe_wait_s": t3 - t2}
         metrics["timing/train_s"] = time.perf_counter() - t0
         advantages = {
             s.uid: float(a) for s, a in zip(sb.samples, sb.advantages.tolist(), strict=True) if not s.is_padding
