@@ -6,18 +6,15 @@ so `--help` answers in well under a second; torch and ray come with `async_ppo.p
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
 import sys
 from pathlib import Path
 
-from run_config import add_arguments, resolve
+from sync_ppo.cli import app_parser, resolve_run
 
 from async_ppo.config import AsyncConfig
 
 DEFAULT_RUNS_ROOT = Path("runs") / "async_ppo"
-CONFIG_FILE = "config.toml"
 
 DESCRIPTION = """\
 Fully asynchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable toy task, on Ray.
@@ -29,44 +26,10 @@ Settings: defaults < --config FILE (TOML) < --section.key value. Artifacts go to
 (metrics.jsonl, config.toml, rollouts/, validation/, checkpoints/, plots/)."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="async_ppo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--resume", action="store_true",
-        help="continue the run in --run.dir (default: the newest under runs/async_ppo) from its latest complete "
-        "checkpoint, with its saved config.toml as the base of the settings",
-    )  # fmt: skip
-    add_arguments(parser, AsyncConfig)
-    return parser
-
-
-def newest_run(root: Path = DEFAULT_RUNS_ROOT) -> Path:
-    runs = sorted(p for p in root.glob("*") if (p / CONFIG_FILE).is_file()) if root.is_dir() else []
-    if not runs:
-        raise ValueError(f"--resume: expected a run directory with {CONFIG_FILE} under {root}, got none")
-    return runs[-1]
-
-
 def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
-    """The resolved config and whether to resume (the run's saved config is then the base of the settings)."""
-    args = _parser().parse_args(argv)
-    cfg = resolve(AsyncConfig, args)
-    if not args.resume:
-        if not cfg.run.dir:
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-            cfg.run.dir = str(DEFAULT_RUNS_ROOT / stamp)
-        return cfg, False
-    run_dir = Path(cfg.run.dir) if cfg.run.dir else newest_run()
-    if args.config is None:
-        saved = run_dir / CONFIG_FILE
-        if not saved.is_file():
-            raise ValueError(f"--resume: expected {saved}, got no such file")
-        args.config = saved
-    cfg = resolve(AsyncConfig, args)
-    cfg.run.dir = str(run_dir)
-    return cfg, True
+    """The resolved config and whether to resume (sync_ppo's `resolve_run`: the saved config is the base)."""
+    args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
+    return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 from run_config import add_arguments, resolve
 
@@ -17,6 +18,7 @@ from sync_ppo.config import AppConfig
 
 DEFAULT_RUNS_ROOT = Path("runs") / "sync_ppo"
 CONFIG_FILE = "config.toml"
+C = TypeVar("C")
 
 DESCRIPTION = """\
 Synchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable toy task, with router replay.
@@ -25,16 +27,17 @@ Settings: defaults < --config FILE (TOML) < --section.key value. Artifacts go to
 (metrics.jsonl, config.toml, rollouts/, validation/, checkpoints/, plots/)."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def app_parser(prog: str, description: str, config_cls: type, runs_root: Path) -> argparse.ArgumentParser:
+    """`--resume` plus one `--section.key` flag per config leaf (shared by the sync and async apps)."""
     parser = argparse.ArgumentParser(
-        prog="sync_ppo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--resume", action="store_true",
-        help="continue the run in --run.dir (default: the newest under runs/sync_ppo) from its latest complete "
+        help=f"continue the run in --run.dir (default: the newest under {runs_root}) from its latest complete "
         "checkpoint, with its saved config.toml as the base of the settings",
     )  # fmt: skip
-    add_arguments(parser, AppConfig)
+    add_arguments(parser, config_cls)
     return parser
 
 
@@ -45,25 +48,31 @@ def newest_run(root: Path = DEFAULT_RUNS_ROOT) -> Path:
     return runs[-1]
 
 
-def parse(argv: list[str] | None = None) -> tuple[AppConfig, bool]:
-    """The resolved config and whether to resume. On resume the run's saved config is the base of the
-    settings (an explicit --config replaces it) and the run directory is pinned."""
-    args = _parser().parse_args(argv)
-    cfg = resolve(AppConfig, args)
+def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path) -> tuple[C, bool]:
+    """The resolved config and whether to resume. A new run without --run.dir gets `<runs_root>/<UTC stamp>`. On
+    resume the run's saved config is the base of the settings (an explicit --config replaces it) and the run
+    directory is pinned."""
+    cfg = resolve(config_cls, args)
     if not args.resume:
-        if not cfg.run.dir:
+        if not cfg.run.dir:  # type: ignore[attr-defined]
             stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-            cfg.run.dir = str(DEFAULT_RUNS_ROOT / stamp)
+            cfg.run.dir = str(runs_root / stamp)  # type: ignore[attr-defined]
         return cfg, False
-    run_dir = Path(cfg.run.dir) if cfg.run.dir else newest_run()
+    run_dir = Path(cfg.run.dir) if cfg.run.dir else newest_run(runs_root)  # type: ignore[attr-defined]
     if args.config is None:
         saved = run_dir / CONFIG_FILE
         if not saved.is_file():
             raise ValueError(f"--resume: expected {saved}, got no such file")
         args.config = saved
-    cfg = resolve(AppConfig, args)
-    cfg.run.dir = str(run_dir)
+    cfg = resolve(config_cls, args)
+    cfg.run.dir = str(run_dir)  # type: ignore[attr-defined]
     return cfg, True
+
+
+def parse(argv: list[str] | None = None) -> tuple[AppConfig, bool]:
+    """The resolved config and whether to resume (see `resolve_run`)."""
+    args = app_parser("sync_ppo", DESCRIPTION, AppConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
+    return resolve_run(AppConfig, args, DEFAULT_RUNS_ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:
