@@ -95,6 +95,8 @@ class Rollouter:
                     _reraise(done)
                     continue
                 tickets: list[PromptTicket] = await self.broker.lease.remote(self.spec.owner_id, free)
+                if not tickets:  # a lease waits until one prompt may start, so none means the broker stopped
+                    break
                 tasks |= {asyncio.create_task(self._group(t)) for t in tickets}
                 done = {t for t in tasks if t.done()}
                 tasks -= done
