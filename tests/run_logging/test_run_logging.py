@@ -18,6 +18,20 @@ def test_run_dir_layout(tmp_path):
     assert run.latest_checkpoint() == run.checkpoint(2)
 
 
+def test_commit_checkpoint_marks_complete_and_keeps_only_the_newest(tmp_path):
+    run = RunDir.create(tmp_path / "run")
+    for step in (1, 2, 10, 3):
+        staged = run.checkpoints / f".tmp-{step}"
+        staged.mkdir()
+        (staged / "state").write_text(str(step))
+        assert run.commit_checkpoint(staged, step, keep=2) == run.checkpoint(step)
+        assert not staged.exists() and (run.checkpoint(step) / "COMPLETE").exists()
+    assert run.complete_checkpoints() == [run.checkpoint(3), run.checkpoint(10)]  # by step, not by name or age
+    assert (run.checkpoint(10) / "state").read_text() == "10"
+    with pytest.raises(ValueError, match="keep >= 1"):
+        run.commit_checkpoint(run.checkpoints / ".tmp-x", 4, keep=0)
+
+
 def test_metrics_lines_round_trip_and_skip_a_torn_tail(tmp_path):
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.log(1, {"reward/mean": 0.5, "nan": float("nan")})

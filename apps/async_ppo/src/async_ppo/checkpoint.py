@@ -48,15 +48,7 @@ def staging_dir(run: RunDir, step: int) -> Path:
 def commit_checkpoint(run: RunDir, tmp: Path, ledger: LedgerState, progress: PipelineProgress, *, keep: int) -> Path:
     (tmp / LEDGER_FILE).write_text(json.dumps(ledger.to_json_dict(), indent=1) + "\n")
     (tmp / PROGRESS_FILE).write_text(json.dumps(dataclasses.asdict(progress), indent=1) + "\n")
-    final = run.checkpoint(progress.step)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (final / COMPLETE).write_text("")
-    done = sorted((p for p in run.checkpoints.glob("*") if p.name.isdigit() and (p / COMPLETE).exists()),
-                  key=lambda p: int(p.name))  # fmt: skip
-    for old in done[:-keep]:
-        shutil.rmtree(old)
-    return final
+    return run.commit_checkpoint(tmp, progress.step, keep=keep)
 
 
 @dataclass(frozen=True)

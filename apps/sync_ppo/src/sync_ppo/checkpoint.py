@@ -32,19 +32,11 @@ class TrainerProgress:
 
 
 def save_checkpoint(run: RunDir, state: BackendState, progress: TrainerProgress, *, keep: int) -> Path:
-    final = run.checkpoint(progress.step)
-    tmp = final.with_name(f".tmp-{progress.step}")
+    tmp = run.checkpoint(progress.step).with_name(f".tmp-{progress.step}")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(final, ignore_errors=True)
     state.save(tmp)
     (tmp / PROGRESS_FILE).write_text(json.dumps(dataclasses.asdict(progress), indent=1) + "\n")
-    tmp.rename(final)
-    (final / COMPLETE).write_text("")
-    done = sorted((p for p in run.checkpoints.glob("*") if p.name.isdigit() and (p / COMPLETE).exists()),
-                  key=lambda p: int(p.name))  # fmt: skip
-    for old in done[:-keep]:
-        shutil.rmtree(old)
-    return final
+    return run.commit_checkpoint(tmp, progress.step, keep=keep)
 
 
 def load_checkpoint(path: Path) -> tuple[BackendState, TrainerProgress]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,25 @@ class RunDir:
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"{step}"
 
+    def complete_checkpoints(self) -> list[Path]:
+        """Checkpoint folders holding `COMPLETE`, oldest step first."""
+        done = [p for p in self.checkpoints.glob("*") if p.name.isdigit() and (p / "COMPLETE").exists()]
+        return sorted(done, key=lambda p: int(p.name))
+
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint (a folder holding `COMPLETE`), or None."""
-        done = [p for p in self.checkpoints.glob("*") if p.name.isdigit() and (p / "COMPLETE").exists()]
-        return max(done, key=lambda p: int(p.name)) if done else None
+        done = self.complete_checkpoints()
+        return done[-1] if done else None
+
+    def commit_checkpoint(self, staged: Path, step: int, *, keep: int) -> Path:
+        """Renames the fully written folder `staged` to `checkpoints/<step>`, marks it `COMPLETE` last, then deletes
+        all but the newest `keep` complete checkpoints. A crash at any point leaves the previous one in charge."""
+        if keep < 1:
+            raise ValueError(f"commit_checkpoint: expected keep >= 1, got {keep}")
+        final = self.checkpoint(step)
+        shutil.rmtree(final, ignore_errors=True)
+        staged.rename(final)
+        (final / "COMPLETE").write_text("")
+        for old in self.complete_checkpoints()[:-keep]:
+            shutil.rmtree(old)
+        return final
