@@ -1,17 +1,21 @@
 """Native engine vs `transformers` `generate` on the same tiny MoE weights, interleaved in one process.
 
-(a) fixed: P prompts of 32 tokens, 128 new tokens each, EOS ignored;
-(b) rl-shaped: the same prompts with response lengths drawn from 8..128; `generate` keeps decoding rows that are
-    done, so both sides are credited only with the useful tokens (sum of the drawn lengths);
+(a) fixed: P prompts of 32 tokens (P = engine slots = generate's batch), 128 new tokens each, EOS ignored;
+(b) rl-shaped: W waves of P prompts with response lengths drawn from 8..128, all submitted at once. The engine
+    keeps its P slots busy (a request that finishes frees its slot for a waiting one); `generate` runs the W
+    batches of P one after the other, each decoding every row to the batch's longest length. Both sides are
+    credited only with the useful tokens (sum of the drawn lengths). `(b1)` is the same with one wave (W = 1):
+    nothing waits, so the engine's batch shrinks as rows finish;
 (c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
 Both sides sample at temperature 1 with no top-k/top-p and use the same torch thread count. The native engine
-also computes per-token log-probs and captures routing; `generate` does neither. Each measurement is repeated
-`--reps` times, the two sides back to back; ratios are medians of the per-repetition ratios (robust to the
-load of a shared machine drifting); ratios by process CPU time are printed too. The last line is
-`fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native tokens/s over generate tokens/s).
-With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
-and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
-credited with the tokens it returned); native/vLLM ratios are printed before the last line.
+also computes per-token log-probs and captures routing; `generate` does neither. By default the engine's decode
+step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up); `--no-compile` measures the
+eager engine. Each measurement is repeated `--reps` times, the two sides back to back; ratios are medians of
+the per-repetition ratios (robust to the load of a shared machine drifting); ratios by process CPU time are
+printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native tokens/s over
+generate tokens/s). With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same
+weights and runs (a) and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a
+sampled EOS, so it is credited with the tokens it returned); native/vLLM ratios are printed before the last line.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class BenchConfig:
     prompt_len: int
     new_tokens: int
     min_new_tokens: int
+    waves: int
     reps: int
     threads: int
     compile_decode: bool
@@ -52,14 +57,14 @@ def parse_args() -> BenchConfig:
     p.add_argument("--prompt-len", type=int, default=32, help="tokens per prompt")
     p.add_argument("--new-tokens", type=int, default=128, help="new tokens per prompt in (a); max in (b)")
     p.add_argument("--min-new-tokens", type=int, default=8, help="shortest drawn response in (b)")
+    p.add_argument("--waves", type=int, default=4, help="batches of prompts submitted at once in (b)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of every measurement (median reported)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides")
     p.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="torch.compile the native engine's decode step (EngineConfig.compile_decode; off by default: a few "
-        "percent faster end to end on CPU for ~40 s of compiling)",
+        default=True,
+        help="compile the native engine's decode step (EngineConfig.compile_decode; --no-compile: the eager engine)",
     )
     p.add_argument(
         "--decode-burst",
@@ -72,9 +77,26 @@ def parse_args() -> BenchConfig:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     return BenchConfig(
-        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.reps, a.threads, a.compile, a.decode_burst,
+        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.waves, a.reps, a.threads, a.compile, a.decode_burst,
         a.vocab_size, a.seed, a.vllm,
     )  # fmt: skip
+
+
+@dataclass
+class Workload:
+    """Prompts (a multiple of the engine's slots, run by `generate` in batches of that size) and new tokens each."""
+
+    prompts: list[list[int]]
+    lengths: list[int]
+
+    def batches(self, size: int) -> list[Workload]:
+        return [
+            Workload(self.prompts[i : i + size], self.lengths[i : i + size]) for i in range(0, len(self.prompts), size)
+        ]
+
+    @property
+    def useful(self) -> int:
+        return sum(self.lengths)
 
 
 @dataclass
@@ -84,9 +106,9 @@ class Bench:
     cfg: BenchConfig
     engine: NativeEngine
     hf: Qwen3MoeForCausalLM
-    prompts: list[list[int]]
-    fixed: list[int]  # new tokens per prompt in (a)
-    shaped: list[int]  # drawn new tokens per prompt in (b)
+    fixed: Workload  # (a): one wave, every row `new_tokens` long
+    shaped: Workload  # (b): `waves` waves, drawn lengths
+    one_wave: Workload  # (b1): the first wave of (b)
     pushed: dict[str, np.ndarray]  # the state dict pushed in (c)
 
 
@@ -112,13 +134,16 @@ def build(cfg: BenchConfig) -> Bench:
         decode_burst=cfg.decode_burst,
     )
     rng = np.random.default_rng(cfg.seed)
+    prompts = rng.integers(0, cfg.vocab_size, size=(cfg.waves * cfg.prompts, cfg.prompt_len)).tolist()
+    drawn = rng.integers(cfg.min_new_tokens, cfg.new_tokens + 1, size=len(prompts)).tolist()
+    shaped = Workload(prompts, drawn)
     return Bench(
         cfg=cfg,
         engine=engine,
         hf=hf,
-        prompts=rng.integers(0, cfg.vocab_size, size=(cfg.prompts, cfg.prompt_len)).tolist(),
-        fixed=[cfg.new_tokens] * cfg.prompts,
-        shaped=rng.integers(cfg.min_new_tokens, cfg.new_tokens + 1, size=cfg.prompts).tolist(),
+        fixed=Workload(prompts[: cfg.prompts], [cfg.new_tokens] * cfg.prompts),
+        shaped=shaped,
+        one_wave=shaped.batches(cfg.prompts)[0],
         pushed={k: v * 1.01 if v.dtype.kind == "f" else v for k, v in state_dict_numpy(model).items()},
     )
 
@@ -135,44 +160,45 @@ def _rate(tokens: int, wall0: float, cpu0: float) -> Rate:
     return Rate(tokens / (time.perf_counter() - wall0), tokens / (time.process_time() - cpu0))
 
 
-async def native_tok_s(b: Bench, lengths: list[int]) -> Rate:
-    """Useful tokens per second of the native engine for one batch of concurrent calls."""
+async def native_tok_s(b: Bench, work: Workload) -> Rate:
+    """Useful tokens per second of the native engine for all of `work` submitted at once."""
     from rollout_core import SamplingParams
 
     base = SamplingParams(max_new_tokens=1, temperature=1.0)
     calls = [
         b.engine.generate(f"b{i}", p, base.replace(max_new_tokens=n, seed=i))
-        for i, (p, n) in enumerate(zip(b.prompts, lengths, strict=True))
+        for i, (p, n) in enumerate(zip(work.prompts, work.lengths, strict=True))
     ]
     wall0, cpu0 = time.perf_counter(), time.process_time()
     segs = await asyncio.gather(*calls)
-    rate = _rate(sum(lengths), wall0, cpu0)
-    assert [len(s.token_ids) for s in segs] == lengths
+    rate = _rate(work.useful, wall0, cpu0)
+    assert [len(s.token_ids) for s in segs] == work.lengths
     return rate
 
 
-def generate_tok_s(b: Bench, lengths: list[int]) -> Rate:
-    """Useful tokens per second of `generate` (which decodes every row to the longest length)."""
+def generate_tok_s(b: Bench, work: Workload) -> Rate:
+    """Useful tokens per second of `generate`, run on batches of `prompts` rows one after the other (each batch
+    decodes every row to its longest length)."""
     import torch
 
-    ids = torch.tensor(b.prompts)
-    longest = max(lengths)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    with torch.inference_mode():
-        out = b.hf.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=longest,
-            min_new_tokens=longest,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            pad_token_id=0,
-        )
-    rate = _rate(sum(lengths), wall0, cpu0)  # useful tokens only
-    assert out.shape == (len(b.prompts), b.cfg.prompt_len + longest)
-    return rate
+    for batch in work.batches(b.cfg.prompts):
+        ids = torch.tensor(batch.prompts)
+        longest = max(batch.lengths)
+        with torch.inference_mode():
+            out = b.hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=longest,
+                min_new_tokens=longest,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=0,
+            )
+        assert out.shape == (len(batch.prompts), b.cfg.prompt_len + longest)
+    return _rate(work.useful, wall0, cpu0)  # useful tokens only
 
 
 async def update_seconds(b: Bench, version: int) -> float:
@@ -180,7 +206,7 @@ async def update_seconds(b: Bench, version: int) -> float:
     from rollout_core import SamplingParams
 
     params = SamplingParams(max_new_tokens=b.cfg.new_tokens, temperature=1.0)
-    tasks = [asyncio.create_task(b.engine.generate(f"u{i}", p, params)) for i, p in enumerate(b.prompts)]
+    tasks = [asyncio.create_task(b.engine.generate(f"u{i}", p, params)) for i, p in enumerate(b.fixed.prompts)]
     target = b.engine.metrics().generated_tokens + 4 * b.cfg.prompts
     while b.engine.metrics().generated_tokens < target:
         await asyncio.sleep(0.001)
@@ -196,10 +222,11 @@ async def update_seconds(b: Bench, version: int) -> float:
 
 @dataclass
 class Results:
-    """Per repetition: (native, generate) rates of (a) and (b), and the update time of (c)."""
+    """Per repetition: (native, generate) rates of (a), (b) and (b1), and the update time of (c)."""
 
     fixed: list[tuple[Rate, Rate]]
     shaped: list[tuple[Rate, Rate]]
+    one_wave: list[tuple[Rate, Rate]]
     update: list[float]
     vllm_fixed: list[float]  # vLLM tokens/s (wall), same repetitions; empty without --vllm
     vllm_shaped: list[float]
@@ -210,14 +237,18 @@ class Results:
 
 
 def report(b: Bench, r: Results) -> None:
-    for name, pairs in (("(a) fixed", r.fixed), ("(b) rl-shaped", r.shaped)):
+    mode = "compiled" if b.cfg.compile_decode else "eager"
+    print(f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)")
+    for name, pairs in (("(a) fixed", r.fixed), ("(b) rl-shaped", r.shaped), ("(b1) one wave", r.one_wave)):
         native = statistics.median(n.wall for n, _ in pairs)
         hf = statistics.median(g.wall for _, g in pairs)
         print(
             f"{name}: native {native:.0f} tok/s, generate {hf:.0f} useful tok/s (wall medians); ratio "
             f"{r.ratio(pairs, 'wall'):.2f}x by wall time, {r.ratio(pairs, 'cpu'):.2f}x by process CPU time"
         )
-    print(f"    (b) useful tokens {sum(b.shaped)} of the {b.cfg.prompts * max(b.shaped)} that generate decodes")
+    for name, work in (("(b)", b.shaped), ("(b1)", b.one_wave)):
+        decoded = sum(len(w.lengths) * max(w.lengths) for w in work.batches(b.cfg.prompts))
+        print(f"    {name} useful tokens {work.useful} of the {decoded} that generate decodes")
     for name, pairs, peer in (("(a) fixed", r.fixed, r.vllm_fixed), ("(b) rl-shaped", r.shaped, r.vllm_shaped)):
         if peer:
             ratio = statistics.median(n.wall / v for (n, _), v in zip(pairs, peer, strict=True))
@@ -230,8 +261,8 @@ def report(b: Bench, r: Results) -> None:
     )
 
 
-async def vllm_tok_s(url: str, prompts: list[list[int]], lengths: list[int]) -> float:
-    """Tokens per second (wall) that a vLLM server returns for one batch of concurrent calls over HTTP."""
+async def vllm_tok_s(url: str, work: Workload) -> float:
+    """Tokens per second (wall) that a vLLM server returns for all of `work` sent at once over HTTP."""
     from engine_adapters.vllm import VLLMEngine
     from rollout_core import SamplingParams
 
@@ -240,7 +271,7 @@ async def vllm_tok_s(url: str, prompts: list[list[int]], lengths: list[int]) -> 
         base = SamplingParams(max_new_tokens=1, temperature=1.0)
         calls = [
             engine.generate(f"v{i}", p, base.replace(max_new_tokens=n, seed=i))
-            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))
+            for i, (p, n) in enumerate(zip(work.prompts, work.lengths, strict=True))
         ]
         t0 = time.perf_counter()
         segs = await asyncio.gather(*calls)
@@ -265,20 +296,25 @@ def launch_vllm(b: Bench, ckpt_dir: str) -> VLLMServer:
     return server
 
 
+def _pair(b: Bench, work: Workload) -> tuple[Rate, Rate]:
+    return asyncio.run(native_tok_s(b, work)), generate_tok_s(b, work)
+
+
 def run_reps(b: Bench, url: str | None) -> Results:
-    r = Results(fixed=[], shaped=[], update=[], vllm_fixed=[], vllm_shaped=[])
+    r = Results(fixed=[], shaped=[], one_wave=[], update=[], vllm_fixed=[], vllm_shaped=[])
     for rep in range(b.cfg.reps):
-        r.fixed.append((asyncio.run(native_tok_s(b, b.fixed)), generate_tok_s(b, b.fixed)))
-        r.shaped.append((asyncio.run(native_tok_s(b, b.shaped)), generate_tok_s(b, b.shaped)))
+        r.fixed.append(_pair(b, b.fixed))
+        r.shaped.append(_pair(b, b.shaped))
+        r.one_wave.append(_pair(b, b.one_wave))
         if url is not None:
-            r.vllm_fixed.append(asyncio.run(vllm_tok_s(url, b.prompts, b.fixed)))
-            r.vllm_shaped.append(asyncio.run(vllm_tok_s(url, b.prompts, b.shaped)))
+            r.vllm_fixed.append(asyncio.run(vllm_tok_s(url, b.fixed)))
+            r.vllm_shaped.append(asyncio.run(vllm_tok_s(url, b.shaped)))
         r.update.append(asyncio.run(update_seconds(b, b.engine.weight_version + 1)))
-        (na, ga), (nb, gb) = r.fixed[-1], r.shaped[-1]
+        (na, ga), (nb, gb), (n1, g1) = r.fixed[-1], r.shaped[-1], r.one_wave[-1]
         peer = f"   vLLM {r.vllm_fixed[-1]:.0f} / {r.vllm_shaped[-1]:.0f} tok/s" if url is not None else ""
         print(
-            f"rep {rep}: fixed native {na.wall:.0f} / generate {ga.wall:.0f} tok/s   rl-shaped native {nb.wall:.0f}"
-            f" / generate {gb.wall:.0f} tok/s   update {r.update[-1] * 1e3:.1f} ms{peer}",
+            f"rep {rep}: native / generate tok/s: fixed {na.wall:.0f} / {ga.wall:.0f}   rl-shaped {nb.wall:.0f} / "
+            f"{gb.wall:.0f}   one wave {n1.wall:.0f} / {g1.wall:.0f}   update {r.update[-1] * 1e3:.1f} ms{peer}",
             flush=True,
         )
     return r
@@ -290,12 +326,12 @@ def main() -> None:
     t0 = time.perf_counter()
     asyncio.run(native_tok_s(b, b.shaped))  # warm-up both sides (and compile, when asked)
     print(f"native warm-up (compiles the decode step with --compile): {time.perf_counter() - t0:.1f}s", flush=True)
-    generate_tok_s(b, b.shaped)
+    generate_tok_s(b, b.one_wave)
     with tempfile.TemporaryDirectory() as ckpt:
         server = launch_vllm(b, ckpt) if cfg.vllm else None
         try:
             if server is not None:
-                asyncio.run(vllm_tok_s(server.base_url, b.prompts[:4], [8] * 4))  # warm-up
+                asyncio.run(vllm_tok_s(server.base_url, Workload(b.fixed.prompts[:4], [8] * 4)))  # warm-up
             r = run_reps(b, server.base_url if server is not None else None)
         finally:
             if server is not None:

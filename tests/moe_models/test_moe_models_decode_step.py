@@ -1,4 +1,5 @@
-"""The decode fast path of forward_cached (every chunk one token) reproduces the uncached forward."""
+"""The decode fast path of forward_cached (every chunk one token) reproduces the uncached forward, in eager and
+compiled (`compile_decode`, marked slow: each cache length compiles its own graph) alike."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ TOL = 1e-5
 CONFIG = MoEConfig.preset("tiny", vocab_size=61, num_hidden_layers=3, mlp_only_layers=(1,))
 
 
-def _model(seed: int = 0, config: MoEConfig = CONFIG) -> MoEForCausalLM:
+EAGER_AND_COMPILED = pytest.mark.parametrize(
+    "compiled", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"]
+)
+
+
+def _model(seed: int = 0, config: MoEConfig = CONFIG, compiled: bool = False) -> MoEForCausalLM:
     torch.manual_seed(seed)
-    return MoEForCausalLM(config).eval()
+    model = MoEForCausalLM(config).eval()
+    model.compile_decode(compiled)
+    return model
 
 
 def _decode_and_compare(
@@ -36,6 +44,7 @@ def _decode_and_compare(
     assert [cache.length(s) for s in slots] == [len(seqs[0])] * len(slots)
 
 
+@EAGER_AND_COMPILED
 @pytest.mark.parametrize(
     ("slots", "num_slots"),
     [
@@ -45,15 +54,18 @@ def _decode_and_compare(
         ([0, 15], 16),  # far-apart slots: keys copied out of the cache
     ],
 )
-def test_decode_calls_match_uncached_forward_for_any_slot_layout(slots: list[int], num_slots: int) -> None:
+def test_decode_calls_match_uncached_forward_for_any_slot_layout(
+    slots: list[int], num_slots: int, compiled: bool
+) -> None:
     gen = torch.Generator().manual_seed(len(slots) + num_slots)
     seqs = [torch.randint(0, CONFIG.vocab_size, (9,), generator=gen) for _ in slots]
     cache = KVCache(CONFIG, num_slots=num_slots, max_len=12)
-    _decode_and_compare(_model(1), cache, seqs, slots, prompt_len=3)
+    _decode_and_compare(_model(1, compiled=compiled), cache, seqs, slots, prompt_len=3)
 
 
-def test_decode_rows_with_different_lengths_see_only_their_own_prefix() -> None:
-    model = _model(2)
+@EAGER_AND_COMPILED
+def test_decode_rows_with_different_lengths_see_only_their_own_prefix(compiled: bool) -> None:
+    model = _model(2, compiled=compiled)
     gen = torch.Generator().manual_seed(5)
     long, short = torch.randint(0, 61, (10,), generator=gen), torch.randint(0, 61, (4,), generator=gen)
     cache = KVCache(CONFIG, num_slots=2, max_len=12)
@@ -66,8 +78,9 @@ def test_decode_rows_with_different_lengths_see_only_their_own_prefix() -> None:
     assert cache.lengths.tolist() == [10, 4]
 
 
-def test_decode_uses_weights_loaded_in_place_after_a_previous_decode() -> None:
-    model = _model(3)
+@EAGER_AND_COMPILED
+def test_decode_uses_weights_loaded_in_place_after_a_previous_decode(compiled: bool) -> None:
+    model = _model(3, compiled=compiled)
     cache = KVCache(CONFIG, num_slots=1, max_len=8)
     seq = torch.tensor([5, 9, 2, 7, 1])
     rng = np.random.default_rng(0)
@@ -83,8 +96,9 @@ def test_decode_uses_weights_loaded_in_place_after_a_previous_decode() -> None:
     assert (logits[0] - expected).abs().max().item() <= TOL
 
 
-def test_decode_into_a_full_slot_raises_and_changes_nothing() -> None:
-    model = _model()
+@EAGER_AND_COMPILED
+def test_decode_into_a_full_slot_raises_and_changes_nothing(compiled: bool) -> None:
+    model = _model(compiled=compiled)
     cache = KVCache(CONFIG, num_slots=2, max_len=4)
     with torch.inference_mode():
         model.forward_cached(torch.arange(4), torch.tensor([1]), [4], cache)
@@ -96,8 +110,9 @@ def test_decode_into_a_full_slot_raises_and_changes_nothing() -> None:
     assert all(a.equal(b) for a, b in zip(keys, cache.keys, strict=True))
 
 
-def test_decode_with_a_bfloat16_cache_stays_close_to_the_fp32_forward() -> None:
-    model = _model(4)
+@EAGER_AND_COMPILED
+def test_decode_with_a_bfloat16_cache_stays_close_to_the_fp32_forward(compiled: bool) -> None:
+    model = _model(4, compiled=compiled)
     seq = torch.tensor([3, 8, 13, 21, 34, 55, 2, 1])
     cache = KVCache(CONFIG, num_slots=1, max_len=8, dtype=torch.bfloat16)
     with torch.inference_mode():
@@ -112,3 +127,43 @@ def test_compile_decode_refuses_a_model_off_cpu() -> None:
     with pytest.raises(ValueError, match="expected cpu"):
         model.compile_decode()
     model.compile_decode(False)  # going back to eager is always allowed
+
+
+@pytest.mark.slow
+def test_compiled_decode_serves_new_models_and_new_weights_without_compiling_again() -> None:
+    from torch._dynamo.utils import counters
+
+    config = CONFIG.replace(num_hidden_layers=2, mlp_only_layers=())  # a shape no other test compiles
+    seq = torch.tensor([4, 9, 16, 25, 36, 49])
+
+    def last_logits(model: MoEForCausalLM) -> torch.Tensor:
+        cache = KVCache(config, num_slots=3, max_len=10)
+        with torch.inference_mode():
+            model.forward_cached(torch.cat([seq[:4]] * 2), torch.tensor([2, 0]), [4, 4], cache)
+            model.forward_cached(torch.stack([seq[4]] * 2), torch.tensor([2, 0]), [1, 1], cache)
+            logits, _ = model.forward_cached(torch.stack([seq[5]] * 2), torch.tensor([2, 0]), [1, 1], cache)
+        return logits
+
+    last_logits(_model(5, config, compiled=True))  # compiles the graph of this shape
+    graphs = counters["stats"]["unique_graphs"]
+    other = _model(6, config, compiled=True)
+    for _ in range(2):
+        got = last_logits(other)
+        with torch.inference_mode():
+            expected = other(seq[None]).logits[0, -1]
+        assert (got - expected).abs().max().item() <= TOL
+        load_state_dict_numpy(other, state_dict_numpy(_model(7, config)))  # new weights, same tensors
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_cache_write_tokens_stores_each_layers_token_at_its_slot_and_position() -> None:
+    cache = KVCache(CONFIG, num_slots=3, max_len=5)
+    slots, positions = torch.tensor([2, 0]), torch.tensor([4, 1])
+    keys = torch.randn(CONFIG.num_hidden_layers, 2, CONFIG.num_key_value_heads, CONFIG.head_dim)
+    cache.write_tokens(slots, positions, keys, -keys)
+    for layer in range(CONFIG.num_hidden_layers):
+        for row, (slot, pos) in enumerate(zip(slots.tolist(), positions.tolist(), strict=True)):
+            assert cache.keys[layer][slot, :, pos].equal(keys[layer, row])
+            assert cache.values[layer][slot, :, pos].equal(-keys[layer, row])
+    assert int((cache.key_storage != 0).sum()) == keys.numel()  # nothing else written
+    assert cache.lengths.tolist() == [0, 0, 0]

@@ -3,6 +3,7 @@
 import asyncio
 
 import numpy as np
+from moe_models import MoEForCausalLM
 from native_engine import NativeEngine
 from native_engine.testing import tiny_model
 from rollout_core import SamplingParams, StopReason
@@ -18,8 +19,17 @@ def _prompt(i: int) -> list[int]:
     return [(7 * i + j) % 120 + 2 for j in range(3 + i % 4)]
 
 
-def _run(decode_burst: int, eos: tuple[int, ...], max_slots: int, stagger: bool) -> list:
-    engine = NativeEngine(tiny_model(5), max_slots=max_slots, max_len=96, eos_token_ids=eos, decode_burst=decode_burst)
+def _run(
+    decode_burst: int, eos: tuple[int, ...], max_slots: int, stagger: bool, admission_batch: int | None = None
+) -> list:
+    engine = NativeEngine(
+        tiny_model(5),
+        max_slots=max_slots,
+        max_len=96,
+        eos_token_ids=eos,
+        decode_burst=decode_burst,
+        admission_batch=admission_batch,
+    )
 
     async def one(i: int, params: SamplingParams):
         if stagger:
@@ -50,6 +60,29 @@ def test_native_engine_bursts_admit_queued_and_late_calls_like_single_steps():
     # 4 slots for 12 calls (finishes free slots for queued calls), and calls arriving while bursts run
     _assert_same(_run(64, (), max_slots=4, stagger=True), _run(1, (), max_slots=4, stagger=True))
     _assert_same(_run(64, (3,), max_slots=4, stagger=False), _run(1, (3,), max_slots=4, stagger=False))
+
+
+def test_native_engine_admission_batches_prefill_fewer_times_and_change_no_result():
+    prefills: list[int] = []
+    original = MoEForCausalLM.forward_cached
+
+    def counting(self, input_ids, slot_ids, query_lens, cache, **kw):
+        if max(query_lens) > 1:
+            prefills.append(len(query_lens))
+        return original(self, input_ids, slot_ids, query_lens, cache, **kw)
+
+    MoEForCausalLM.forward_cached = counting
+    try:
+        one = _run(64, (3,), max_slots=4, stagger=False, admission_batch=1)
+        one_prefills, prefills[:] = list(prefills), []
+        three = _run(64, (3,), max_slots=4, stagger=False, admission_batch=3)
+    finally:
+        MoEForCausalLM.forward_cached = original
+    _assert_same(three, one)
+    _assert_same(three, _run(1, (3,), max_slots=4, stagger=False))
+    assert sum(one_prefills) == sum(prefills) == len(PARAMS)  # every call prefilled once
+    assert len(prefills) < len(one_prefills)  # ... in fewer, larger prefill calls
+    assert max(prefills) == 4 and max(prefills[1:]) > 1
 
 
 def test_native_engine_abort_during_a_burst_returns_within_a_step():

@@ -164,6 +164,10 @@ def test_native_engine_config_rejects_bad_knobs():
         EngineConfig(cache_dtype="int8")
     with pytest.raises(ValueError, match="num_threads"):
         EngineConfig(num_threads=0)
+    with pytest.raises(ValueError, match="admission_batch"):
+        EngineConfig(admission_batch=0)
+    assert EngineConfig(max_slots=64).admission_batch == 8  # None: an eighth of the slots
+    assert EngineConfig(max_slots=4).admission_batch == 1
     with pytest.raises(ValueError, match="either config or knobs"):
         NativeEngine(tiny_model(0), EngineConfig(), max_slots=2)
     with pytest.raises(TypeError):

@@ -4,12 +4,12 @@ Same math as the general cached path (to float rounding, ~1e-7 in fp32) with far
 a decode step of a small model is dominated by per-op overhead: one fused q/k/v projection, one norm and one rotary
 pass over all q and k heads together, K/V written with one `index_put_` each into the cache viewed as rows,
 attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read in place,
-and the experts as two grouped matmuls over expert-sorted token copies.
+and the experts as two grouped matmuls over expert-sorted token copies. With `compile_decode`, the step goes
+through `moe_models.decode_graph` instead (a formulation made for inductor).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,15 @@ class DecodeGeometry:
     masked: bool
 
 
+def check_room(slots: list[int], positions: torch.Tensor, longest: int, max_len: int) -> None:
+    """Raises ValueError when a slot has no room for one more token (positions [S], longest = their max)."""
+    if longest + 1 > max_len:
+        full = [s for s, p in zip(slots, positions.tolist(), strict=True) if p + 1 > max_len]
+        raise ValueError(
+            f"slot {full[0]}: got {max_len} cached + 1 new token = {max_len + 1}, expected <= max_len {max_len}"
+        )
+
+
 def decode_geometry(
     slot_ids: torch.Tensor, slots: list[int], cache: KVCache, dtype: torch.dtype, num_kv_heads: int
 ) -> DecodeGeometry:
@@ -54,13 +63,8 @@ def decode_geometry(
     nothing, when a slot is full."""
     positions = cache.lengths.index_select(0, slot_ids)  # [S]
     shortest, longest = (int(v) for v in torch.aminmax(positions))
+    check_room(slots, positions, longest, cache.max_len)
     key_len = longest + 1
-    if key_len > cache.max_len:
-        full = [s for s, p in zip(slots, positions.tolist(), strict=True) if p + 1 > cache.max_len]
-        raise ValueError(
-            f"slot {full[0]}: got {cache.max_len} cached + 1 new token = {cache.max_len + 1}, expected <= max_len "
-            f"{cache.max_len}"
-        )
     heads = torch.arange(num_kv_heads, device=slot_ids.device)
     write_rows = (slot_ids[:, None] * num_kv_heads + heads) * cache.max_len + positions[:, None]  # [S, KVH]
     lo, hi = min(slots), max(slots) + 1
@@ -124,23 +128,40 @@ def _attention(
     return out if geo.scatter is None else out.index_select(0, geo.scatter)
 
 
+def routed_experts(
+    x: torch.Tensor,
+    h: torch.Tensor,
+    router: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    expert_ids: torch.Tensor,
+    top_k: int,
+    norm_topk_prob: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [S, hidden] normed, h: [S, hidden] residual -> (h + moe(x) [S, hidden], expert ids [S, K]).
+
+    router: [E, hidden]; gate_up [E, hidden, 2I], down [E, I, hidden], expert_ids [E] (`LayerWeights` layouts)."""
+    probs = torch.softmax(F.linear(x, router), dim=-1, dtype=torch.float32)  # [S, E]
+    top, ids = torch.topk(probs, top_k, dim=-1)  # top == probs.gather(1, ids)
+    if norm_topk_prob:
+        top = top / top.sum(dim=-1, keepdim=True)
+    sorted_experts, order = torch.sort(ids.view(-1), stable=True)  # [S * K] pairs grouped by expert, ascending
+    offsets = torch.searchsorted(sorted_experts, expert_ids, right=True, out_int32=True)  # [E] end of each group
+    token = order // top_k  # [S * K]
+    gate_up_out = F.grouped_mm(x.index_select(0, token), gate_up, offs=offsets)  # [S * K, 2I]
+    gate, up = gate_up_out.chunk(2, dim=-1)
+    y = F.grouped_mm(F.silu(gate) * up, down, offs=offsets)  # [S * K, hidden]
+    pair_weights = top.view(-1).index_select(0, order).to(y.dtype)[:, None]
+    return h.index_add(0, token, y * pair_weights), ids
+
+
 def _experts(
     block: SparseMoeBlock, w: LayerWeights, x: torch.Tensor, h: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [S, hidden] normed, h: [S, hidden] residual -> (h + moe(x) [S, hidden], expert ids [S, K])."""
     router = block.gate
-    probs = torch.softmax(F.linear(x, router.weight), dim=-1, dtype=torch.float32)  # [S, E]
-    top, ids = torch.topk(probs, router.top_k, dim=-1)  # top == probs.gather(1, ids)
-    if router.norm_topk_prob:
-        top = top / top.sum(dim=-1, keepdim=True)
-    sorted_experts, order = torch.sort(ids.view(-1), stable=True)  # [S * K] pairs grouped by expert, ascending
-    offsets = torch.searchsorted(sorted_experts, w.expert_ids, right=True, out_int32=True)  # [E] end of each group
-    token = order // router.top_k  # [S * K]
-    gate_up = F.grouped_mm(x.index_select(0, token), w.gate_up, offs=offsets)  # [S * K, 2I]
-    gate, up = gate_up.chunk(2, dim=-1)
-    y = F.grouped_mm(F.silu(gate) * up, w.down, offs=offsets)  # [S * K, hidden]
-    pair_weights = top.view(-1).index_select(0, order).to(y.dtype)[:, None]
-    return h.index_add(0, token, y * pair_weights), ids
+    if w.down is None or w.expert_ids is None:
+        raise ValueError("decode weights: an MoE layer built without its expert weights")
+    return routed_experts(x, h, router.weight, w.gate_up, w.down, w.expert_ids, router.top_k, router.norm_topk_prob)
 
 
 def _feed_forward(layer: DecoderLayer, w: LayerWeights, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -161,9 +182,7 @@ def decode_layers(
     keys: list[torch.Tensor],
     values: list[torch.Tensor],
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The decoder stack on h [S, hidden] -> (final hidden [S, hidden] before the norm, per-MoE-layer ids [S, K]).
-
-    Free of host syncs and of data-dependent shapes, so `torch.compile` captures it as one graph."""
+    """The decoder stack on h [S, hidden] -> (final hidden [S, hidden] before the norm, per-MoE-layer ids [S, K])."""
     routed: list[torch.Tensor] = []
     for i, (layer, w) in enumerate(zip(model.model.layers, weights, strict=True)):
         attn = _attention(layer, w, layer.input_layernorm(h), cos, signed_sin, geo, keys[i], values[i])
@@ -174,9 +193,6 @@ def decode_layers(
     return h, routed
 
 
-LayersFn = Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
-
-
 def decode_forward(
     model: MoEForCausalLM,
     weights: list[LayerWeights],
@@ -185,16 +201,13 @@ def decode_forward(
     slots: list[int],
     cache: KVCache,
     capture_routing: bool,
-    layers_fn: LayersFn = decode_layers,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """input_ids, slot_ids: [S]; returns (logits [S, V] float32, expert ids [S, L_moe, K] or None).
-
-    layers_fn: `decode_layers` or a compiled version of it."""
+    """input_ids, slot_ids: [S]; returns (logits [S, V] float32, expert ids [S, L_moe, K] or None)."""
     embed = model.model.embed_tokens.weight
     geo = decode_geometry(slot_ids, slots, cache, embed.dtype, model.config.num_key_value_heads)
     h = F.embedding(input_ids, embed)  # [S, hidden]
     cos, sin = model.model.rotary_emb(geo.positions, h.dtype)  # [S, D]
-    h, routed = layers_fn(model, weights, h, cos, sin, geo, cache.keys, cache.values)
+    h, routed = decode_layers(model, weights, h, cos, sin, geo, cache.keys, cache.values)
     logits = F.linear(model.model.norm(h), model.lm_head.weight).float()
     cache.lengths.index_copy_(0, slot_ids, geo.positions + 1)
     routed_experts = model._stack_routing(routed, len(slots)) if capture_routing else None

@@ -8,7 +8,9 @@ from moe_models.config import MoEConfig
 
 
 class KVCache:
-    """Per layer K and V of shape [num_slots, num_kv_heads, max_len, head_dim].
+    """Per layer K and V of shape [num_slots, num_kv_heads, max_len, head_dim]: `keys[i]` / `values[i]` are views
+    of layer i in one contiguous [num_layers, num_slots, num_kv_heads, max_len, head_dim] tensor each
+    (`key_storage` / `value_storage`), so one decode step writes every layer's new K (or V) with one op.
 
     Invariant: for every slot s, positions 0..lengths[s]-1 of every layer hold the rotated keys and the values
     of that slot's tokens so far; positions at and beyond lengths[s] are stale and never read.
@@ -29,13 +31,11 @@ class KVCache:
         self.max_len = max_len
         self.dtype = dtype
         self.device = torch.device(device)
-        shape = (num_slots, config.num_key_value_heads, max_len, config.head_dim)
-        self.keys: list[torch.Tensor] = [
-            torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(config.num_hidden_layers)
-        ]
-        self.values: list[torch.Tensor] = [
-            torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(config.num_hidden_layers)
-        ]
+        shape = (config.num_hidden_layers, num_slots, config.num_key_value_heads, max_len, config.head_dim)
+        self.key_storage = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.value_storage = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.keys: list[torch.Tensor] = list(self.key_storage.unbind(0))
+        self.values: list[torch.Tensor] = list(self.value_storage.unbind(0))
         self.lengths = torch.zeros(num_slots, dtype=torch.int64, device=self.device)  # [num_slots]
 
     def _check_slot(self, slot: int) -> None:
@@ -54,6 +54,17 @@ class KVCache:
         self._check_slot(slot)
         return int(self.lengths[slot])
 
+    def write_tokens(
+        self, slot_ids: torch.Tensor, positions: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor
+    ) -> None:
+        """Stores one token per slot in every layer (lengths unchanged): slot_ids, positions [S] int64 on the
+        cache's device; new_keys, new_values [num_layers, S, num_kv_heads, head_dim]."""
+        kv_heads, max_len, head_dim = self.key_storage.shape[2:]
+        heads = torch.arange(kv_heads, device=self.device)
+        rows = ((slot_ids[:, None] * kv_heads + heads) * max_len + positions[:, None]).view(-1)  # [S * KVH]
+        layers = self.key_storage.shape[0]
+        self.key_storage.view(layers, -1, head_dim)[:, rows] = new_keys.reshape(layers, -1, head_dim).to(self.dtype)
+        self.value_storage.view(layers, -1, head_dim)[:, rows] = new_values.reshape(layers, -1, head_dim).to(self.dtype)
+
     def memory_bytes(self) -> int:
-        per_tensor = self.keys[0].numel() * self.keys[0].element_size()
-        return 2 * per_tensor * len(self.keys)
+        return 2 * self.key_storage.numel() * self.key_storage.element_size()

@@ -7,6 +7,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / sqrt(mean(x^2) + eps) over the last dim (weight: [x.shape[-1]]), statistics in float32, output
+    in x's dtype: the math of `RMSNorm`, as a function of tensors (the compiled decode graph takes weights as
+    inputs)."""
+    shape = (x.shape[-1],)
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, shape, weight, eps)
+    return weight * F.rms_norm(x.to(torch.float32), shape, None, eps).to(x.dtype)
+
+
 class RMSNorm(nn.Module):
     """y = weight * x / sqrt(mean(x^2) + eps), statistics in float32, output in the input dtype.
 
@@ -20,8 +30,4 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (x.shape[-1],)
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return F.rms_norm(x, shape, self.weight, self.variance_epsilon)
-        normed = F.rms_norm(x.to(torch.float32), shape, None, self.variance_epsilon)
-        return self.weight * normed.to(x.dtype)
+        return rms_norm(x, self.weight, self.variance_epsilon)

@@ -20,12 +20,20 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: int64 [...]; returns cos, signed_sin of shape [..., head_dim] in `dtype`."""
-        freqs = positions[..., None].float() * self.inv_freq.float()
-        emb = torch.cat((freqs, freqs), dim=-1)
-        sin = emb.sin().to(dtype)
-        half = sin.shape[-1] // 2
-        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        return emb.cos().to(dtype), signed_sin
+        return rotary_tables(positions, self.inv_freq, dtype)
+
+
+def rotary_tables(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`RotaryEmbedding.forward` as a function of tensors: positions int64 [...], inv_freq [head_dim / 2] ->
+    cos, signed_sin [..., head_dim] in `dtype`."""
+    freqs = positions[..., None].float() * inv_freq.float()
+    emb = torch.cat((freqs, freqs), dim=-1)
+    sin = emb.sin().to(dtype)
+    half = sin.shape[-1] // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return emb.cos().to(dtype), signed_sin
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,10 @@
 A thread hop per token (asyncio.to_thread, then per-request bookkeeping on the event loop) costs about as much as a
 small model's decode step, so the worker keeps decoding the step's rows by itself while nothing needs the loop:
 no new call, abort, pause or resume (`interrupt`, checked after every step, so those are served within one
-step), and no row finished. Rows that finish (a stop token or their token budget) end the burst, or, when no call
-is waiting for a slot (`continue_past_finish`), are handed to the loop at once (`deliver`) while the rest go on.
+step). Rows that finish (a stop token or their token budget) are handed to the loop at once (`deliver`) while the
+rest go on; when calls wait for a slot, the burst ends once `finishes_to_stop` rows have finished since the step
+began, so the loop admits the waiting calls and prefills them together (one prefill per several finishes, not one
+per finish: a prefill call costs about a decode step of a small model, a free slot only 1/slots of one).
 Tokens also go to the loop every `progress_steps` steps (applied there while the worker goes on), so callers and
 `metrics()` see progress at a fine grain.
 
@@ -41,7 +43,7 @@ class BurstSpec:
     slots: torch.Tensor  # [S] int64, each row's slot
     capture: bool  # capture routing rows (some row wants them)
     progress_steps: int  # hand tokens to the loop at least every this many steps (progress stays visible)
-    continue_past_finish: bool
+    finishes_to_stop: int | None  # end after this many rows finished (counting the step's own token); None: never
     interrupt: threading.Event
 
 
@@ -154,12 +156,15 @@ def _chunk(
     )
 
 
+def _stops(spec: BurstSpec, finished: int) -> bool:
+    return spec.finishes_to_stop is not None and finished >= spec.finishes_to_stop
+
+
 def _start(spec: BurstSpec, first_tokens: torch.Tensor, sampling: SamplingBatch) -> _Rows | None:
     """The rows that go on after the step's tokens, or None when the burst ends with the step."""
     first = first_tokens.tolist()
     alive = [i for i in range(len(first)) if spec.remaining[i] > 0 and first[i] not in spec.stop_ids[i].tolist()]
-    ended_now = len(alive) < len(first)
-    if not alive or spec.max_steps == 0 or spec.interrupt.is_set() or (ended_now and not spec.continue_past_finish):
+    if not alive or spec.max_steps == 0 or spec.interrupt.is_set() or _stops(spec, len(first) - len(alive)):
         return None
     slots = spec.slots.tolist()
     alive.sort(key=lambda i: slots[i])
@@ -191,6 +196,7 @@ def run_burst(
     rows = _start(spec, first_tokens, sampling)
     if rows is None:
         return []
+    finished = len(first_tokens) - len(rows.index)  # rows done with the step's own token
     tokens: list[torch.Tensor] = []
     lps: list[torch.Tensor] = []
     routing: list[torch.Tensor] = []
@@ -203,8 +209,9 @@ def run_burst(
         if routed is not None:
             routing.append(routed)
         done = _finished(tok, rows, len(tokens))
+        finished += len(done)
         last = step == spec.max_steps or spec.interrupt.is_set() or len(done) == len(rows.index)
-        if last or (done and not spec.continue_past_finish):
+        if last or _stops(spec, finished):
             break
         if done or len(tokens) >= spec.progress_steps:
             deliver([_chunk(rows, tokens, lps, routing, version, t0, rows_dtype)])

@@ -23,25 +23,33 @@ class EngineConfig:
     max_prefill_tokens: int = 8192  # prompt tokens admitted per step (at least one prompt always is)
     cache_dtype: str = "float32"  # KV cache dtype: float32, bfloat16 or float16
     device: str = "cpu"
-    # torch.compile moe_models' decode fast path (`MoEForCausalLM.compile_decode`: one graph, dynamic batch size
-    # and key length). Measured on the shared 2-core CPU box (tiny preset, 1 thread): decoder stack 1.2x faster at
-    # 64 rows and ~1.6x at 8 rows; with decode bursts, ~0-7% end to end on 64 equal rows and ~15% on the RL-shaped
-    # batch of benchmarks/engine_throughput.py, for ~45 s of compiling (several graph variants: slot layouts,
-    # masked or not) per model object. Not exact to the bit (~1e-7) and not paid once, so off by default.
+    # Run the decode step through `moe_models.decode_graph` compiled by torch.compile (see
+    # `MoEForCausalLM.compile_decode`): one graph per model shape and cache length per process, compiled at the
+    # first decode step (~5-20 s on 2 cores). Throughput: benchmarks/engine_throughput.py, numbers in the root
+    # README. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for short
+    # runs and tests.
     compile_decode: bool = False
     # Decode steps one worker-thread call may run (1: back to the event loop after every step). The worker stops
-    # early, after the step in progress, on a new call, abort, pause or resume, and when a row finishes while a
-    # call waits for a slot; it hands tokens to the loop every 8 steps and at every finish meanwhile. Results do
-    # not depend on it (every row's math and draws are per step and per row).
+    # early, after the step in progress, on a new call, abort, pause or resume, and once `admission_batch` rows
+    # finished while calls wait for a slot; it hands tokens to the loop every 8 steps and at every finish
+    # meanwhile. Results do not depend on it (every row's math and draws are per step and per row).
     decode_burst: int = 64
+    # With calls waiting for a slot, a burst ends (and they are admitted and prefilled together) once this many
+    # rows have finished, or as many as wait if fewer. None: max_slots // 8, at least 1. 1 admits at every finish
+    # (lowest latency); larger amortises the prefill call and the thread hop over several admissions at the cost
+    # of slots left idle meanwhile (benchmarks/engine_throughput.py (b), 64 slots, 4 waves of calls, compiled:
+    # 1 -> 7.5-7.6k useful tok/s, 8 -> 9.7-10.1k). Results do not depend on it.
+    admission_batch: int | None = None
     eos_token_ids: tuple[int, ...] | None = None  # None: the model config's eos_token_id; () never stops on EOS
     num_threads: int | None = None  # torch intra-op threads, PROCESS-WIDE (set when the engine is built); None: keep
     seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
 
     def __post_init__(self) -> None:
-        for name in ("max_slots", "max_len", "max_prefill_tokens", "decode_burst"):
+        for name in ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if name == "admission_batch" and value is None:
+                object.__setattr__(self, name, max(1, self.max_slots // 8))
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name}: expected an int >= 1, got {value!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"EngineConfig.num_threads: expected None or an int >= 1, got {self.num_threads!r}")

@@ -287,6 +287,16 @@ class NativeEngine:
 
         return deliver
 
+    def _finishes_to_admit(self) -> int | None:
+        """After planning: how many rows must finish before the burst ends to admit waiting calls (None: nobody
+        waits; 0: a call waits with a slot free, left by the prefill budget, so only the step runs)."""
+        waiting = 0 if self._scheduler.paused else self._scheduler.num_waiting
+        if waiting == 0:
+            return None
+        if self._scheduler.num_free_slots > 0:
+            return 0
+        return min(waiting, self.config.admission_batch)
+
     async def _step_loop(self) -> None:
         try:
             while True:
@@ -295,8 +305,7 @@ class NativeEngine:
                 plan = self._scheduler.plan()
                 if plan.empty:
                     return
-                nobody_waits = self._scheduler.paused or self._scheduler.num_waiting == 0
-                step = build_step_input(plan, self.config.decode_burst, nobody_waits, self._interrupt)
+                step = build_step_input(plan, self.config.decode_burst, self._finishes_to_admit(), self._interrupt)
                 self._in_step = True
                 try:
                     outputs = await asyncio.to_thread(self._runner.execute, step, self._deliverer(plan))

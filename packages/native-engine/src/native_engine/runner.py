@@ -53,7 +53,7 @@ class StepOutput:
 PROGRESS_STEPS = 8  # a burst hands its tokens to the event loop at least this often
 
 
-def _burst_spec(plan: StepPlan, max_steps: int, continue_past_finish: bool, interrupt: threading.Event) -> BurstSpec:
+def _burst_spec(plan: StepPlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event) -> BurstSpec:
     rows = plan.requests
     width = max((len(r.stop_ids) for r in rows), default=0)
     stop_ids = torch.full((len(rows), width), -1, dtype=torch.int64)
@@ -67,16 +67,19 @@ def _burst_spec(plan: StepPlan, max_steps: int, continue_past_finish: bool, inte
         slots=torch.tensor([r.slot for r in rows], dtype=torch.int64),
         capture=any(r.want_rows for r in rows),
         progress_steps=PROGRESS_STEPS,
-        continue_past_finish=continue_past_finish,
+        finishes_to_stop=finishes_to_stop,
         interrupt=interrupt,
     )
 
 
 def build_step_input(
-    plan: StepPlan, max_burst: int = 1, continue_past_finish: bool = False, interrupt: threading.Event | None = None
+    plan: StepPlan,
+    max_burst: int = 1,
+    finishes_to_stop: int | None = 1,
+    interrupt: threading.Event | None = None,
 ) -> StepInput:
     """Packs a plan: admitted prompts for prefill, running requests' last tokens for decode; the worker may run up
-    to `max_burst` steps in all (see `native_engine.burst`)."""
+    to `max_burst` steps in all, ending early once `finishes_to_stop` rows finished (see `native_engine.burst`)."""
     rows = plan.requests
     prefill_ids = [t for r in plan.prefill for t in r.prompt_ids]
     return StepInput(
@@ -88,7 +91,7 @@ def build_step_input(
         decode_slots=torch.tensor([r.slot for r in plan.decode], dtype=torch.int64),
         decode_capture=any(r.want_rows for r in plan.decode),
         burst=_burst_spec(
-            plan, max_burst - 1, continue_past_finish, interrupt if interrupt is not None else threading.Event()
+            plan, max_burst - 1, finishes_to_stop, interrupt if interrupt is not None else threading.Event()
         ),
         sampling=SamplingBatch(
             temperature=torch.tensor([r.params.temperature for r in rows], dtype=torch.float32),

@@ -55,6 +55,10 @@ class Scheduler:
     def num_running(self) -> int:
         return sum(1 for r in self.live.values() if r.status == RequestStatus.RUNNING)
 
+    @property
+    def num_free_slots(self) -> int:
+        return len(self._free_slots)
+
     def has_runnable(self) -> bool:
         """Whether a step now would do anything."""
         if any(r.status == RequestStatus.RUNNING for r in self.live.values()):
