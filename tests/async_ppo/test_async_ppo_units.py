@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from async_ppo.cli import parse
+from async_ppo.config import AsyncConfig
 from async_ppo.group import GroupSpec, group_requests
 from async_ppo.ledger import PromptTicket
 from async_ppo.staleness import staleness_metrics
@@ -89,3 +91,14 @@ def test_a_prompt_ticket_expands_to_exactly_the_requests_sync_ppo_makes_for_its_
     assert [r.params for r in requests] == [
         SamplingParams(max_new_tokens=9, temperature=0.7, seed=sample_seed(5, 3, 1, j)) for j in range(3)
     ]
+
+
+def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
+    tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
+) -> None:
+    from async_ppo.setup import prepare
+
+    flags = ("--rollout.compile_decode", "true", "--ray.num_rollouters", "2")
+    specs = prepare(tiny_config(tmp_path / "run", *flags)).rollouter_specs()
+    assert [s.engine.compile_decode for s in specs] == [True, True]
+    assert not prepare(tiny_config(tmp_path / "default")).rollouter_specs()[0].engine.compile_decode

@@ -82,3 +82,15 @@ def test_native_engine_replaying_other_weights_routing_changes_trainer_log_probs
     native_lp, _ = _trainer_view(model, prompt, seg, 1.0)
     replayed_lp, _ = _trainer_view(model, prompt, seg, 1.0, replay_rows=foreign)
     assert np.max(np.abs(native_lp - replayed_lp)) > 1e-3
+
+
+@pytest.mark.slow
+def test_compiled_engine_log_probs_and_routing_match_the_trainer_with_and_without_replay():
+    model = tiny_model(seed=3)
+    engine = NativeEngine(model, max_slots=4, max_len=128, eos_token_ids=(), compile_decode=True)
+    prompts, segs = _generate_batch(engine, SamplingParams(max_new_tokens=24, temperature=1.0))
+    for prompt, seg in zip(prompts, segs, strict=True):
+        for replay_rows in (None, seg.routed_experts):
+            trainer_lp, trainer_rows = _trainer_view(model, prompt, seg, 1.0, replay_rows=replay_rows)
+            assert np.max(np.abs(np.asarray(seg.log_probs) - trainer_lp)) <= 1e-5
+            np.testing.assert_array_equal(seg.routed_experts.astype(np.int64), trainer_rows)

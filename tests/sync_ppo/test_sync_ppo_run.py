@@ -68,3 +68,11 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(
         left = read_dump(tmp_path / "a" / "rollouts" / f"{step}.jsonl")
         right = read_dump(tmp_path / "b" / "rollouts" / f"{step}.jsonl")
         assert left == right
+
+
+def test_rollout_compile_decode_flag_reaches_the_engine(tmp_path: Path, tiny_config: Callable[..., AppConfig]) -> None:
+    from sync_ppo.components import build_components
+
+    assert not build_components(tiny_config(tmp_path / "eager")).engine.config.compile_decode
+    compiled = build_components(tiny_config(tmp_path / "compiled", "--rollout.compile_decode", "true"))
+    assert compiled.engine.config.compile_decode and compiled.engine.model._decode_compiled

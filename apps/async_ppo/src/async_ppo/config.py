@@ -46,6 +46,11 @@ class RolloutConfig:
     engine: Literal["native", "vllm"] = _help("rollout engine: the embedded native engine or a vLLM server", "native")
     engine_slots: int = _help("native engine KV-cache slots / vLLM max_num_seqs", 256)
     torch_threads: int = _help("torch threads of each rollouter (native engine)", 1)
+    compile_decode: bool = _help(
+        "torch.compile the rollouters' native decode step (EngineConfig.compile_decode): a faster decode after a "
+        "~5-20 s compile in each rollouter; pays off with long responses, not on the default task (prefill-bound)",
+        False,
+    )
     max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
     vllm_python: str = _help("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
 

@@ -50,6 +50,7 @@ class EngineSpec:
     max_len: int
     seed: int
     torch_threads: int = 1
+    compile_decode: bool = False  # native engine only
     vllm_python: str = ""
     work_dir: str = ""  # vLLM: where pushed weights and the server log are written
 
@@ -59,7 +60,11 @@ class NativeRolloutEngine:
         self.native = NativeEngine.from_pretrained(
             spec.checkpoint_dir,
             EngineConfig(
-                max_slots=spec.max_slots, max_len=spec.max_len, seed=spec.seed, num_threads=spec.torch_threads
+                max_slots=spec.max_slots,
+                max_len=spec.max_len,
+                seed=spec.seed,
+                num_threads=spec.torch_threads,
+                compile_decode=spec.compile_decode,
             ),
         )
         self.engine: Engine = self.native

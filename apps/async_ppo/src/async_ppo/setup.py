@@ -49,7 +49,8 @@ class RunSetup:
             engine = EngineSpec(
                 kind=r.engine, checkpoint_dir=str(self.base.checkpoint_dir), max_slots=r.engine_slots,
                 max_len=self.max_len, seed=cfg.run.seed + rid, torch_threads=r.torch_threads,
-                vllm_python=r.vllm_python, work_dir=str(self.run.root / "engine" / f"rollouter-{rid}"),
+                compile_decode=r.compile_decode, vllm_python=r.vllm_python,
+                work_dir=str(self.run.root / "engine" / f"rollouter-{rid}"),
             )  # fmt: skip
             out.append(RollouterSpec(
                 rollouter_id=rid, owner_id=rid, engine=engine, group=group, task=cfg.task,

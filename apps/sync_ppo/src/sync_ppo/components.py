@@ -62,7 +62,12 @@ def build_components(cfg: AppConfig) -> Components:
     longest_prompt = max(len(encode_prompt(tokenizer, ex.prompt)) for ex in (*splits.train, *splits.validation))
     engine = NativeEngine.from_pretrained(
         base.checkpoint_dir,
-        EngineConfig(max_slots=cfg.rollout.engine_slots, max_len=longest_prompt + max_new, seed=cfg.run.seed),
+        EngineConfig(
+            max_slots=cfg.rollout.engine_slots,
+            max_len=longest_prompt + max_new,
+            seed=cfg.run.seed,
+            compile_decode=cfg.rollout.compile_decode,
+        ),
     )
     backend = TorchBackend(
         load_pretrained(base.checkpoint_dir),

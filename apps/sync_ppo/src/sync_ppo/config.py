@@ -47,6 +47,11 @@ class RolloutConfig:
     temperature: float = _help("sampling temperature of training rollouts", 1.0)
     max_new_tokens: int = _help("response budget; 0: the task's longest answer + 1 (EOS)", 0)
     engine_slots: int = _help("native engine KV-cache slots (sequences decoded together)", 256)
+    compile_decode: bool = _help(
+        "torch.compile the native engine's decode step (EngineConfig.compile_decode): a faster decode after a "
+        "~5-20 s compile; pays off with long responses, not on the default task (8-token answers: prefill-bound)",
+        False,
+    )
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.samples_per_prompt < 1 or self.engine_slots < 1:

@@ -17,6 +17,7 @@ inductor rather than for eager dispatch:
 
 from __future__ import annotations
 
+import threading
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -134,6 +135,7 @@ def decode_graph(
 
 
 _COMPILED: dict[tuple, Callable[..., tuple[torch.Tensor, ...]]] = {}
+_COMPILED_LOCK = threading.Lock()  # engines step in worker threads
 
 
 def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -142,12 +144,11 @@ def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
     Each key compiles a fresh copy of decode_graph's code object: dynamo keeps compiled graphs (and counts them
     against its recompile limit, beyond which it would run eagerly) per code object, so engines of different
     shapes in one process never evict each other's graphs or fall back to eager."""
-    if key not in _COMPILED:
-        fresh = types.FunctionType(
-            decode_graph.__code__.replace(), decode_graph.__globals__, decode_graph.__name__, decode_graph.__defaults__
-        )
-        _COMPILED[key] = torch.compile(fresh, dynamic=False)
-    return _COMPILED[key]
+    with _COMPILED_LOCK:
+        if key not in _COMPILED:
+            code, env = decode_graph.__code__.replace(), decode_graph.__globals__
+            _COMPILED[key] = torch.compile(types.FunctionType(code, env, decode_graph.__name__), dynamic=False)
+        return _COMPILED[key]
 
 
 def graph_layers(model: MoEForCausalLM, weights: list[LayerWeights]) -> list[GraphLayer]:
@@ -193,10 +194,9 @@ def compiled_decode_forward(
     cache: KVCache,
     capture_routing: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`decode_step.decode_forward` through the compiled graph (layers: `graph_layers`): input_ids, slot_ids [S] ->
-    (logits [S, V]
-    float32, expert ids [S, L_moe, K] or None); appends the tokens' K/V and advances the slots' lengths.
-    Raises ValueError, changing nothing, when a slot is full."""
+    """`decode_step.decode_forward` through the compiled graph (layers: `graph_layers`): input_ids, slot_ids [S]
+    -> (logits [S, V] float32, expert ids [S, L_moe, K] or None); appends the tokens' K/V and advances the slots'
+    lengths. Raises ValueError, changing nothing, when a slot is full."""
     positions = cache.lengths.index_select(0, slot_ids)  # [S]
     longest = int(positions.max())
     check_room(slots, positions, longest, cache.max_len)
@@ -207,7 +207,8 @@ def compiled_decode_forward(
         torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: ~20% faster kernels)
     inner = model.model
     dims = graph_dims(model)
-    key = (dims, tuple(w.router is None for w in layers), cache.max_len, cache.dtype, inner.embed_tokens.weight.dtype)
+    shapes = model.config.replace(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # what the graph reads
+    key = (shapes, cache.max_len, cache.dtype, inner.embed_tokens.weight.dtype)
     logits, new_keys, new_values, ids = _compiled_graph(key)(
         dims,
         input_ids,
