@@ -15,10 +15,11 @@ import torch
 from moe_models import KVCache, MoEConfig, MoEForCausalLM
 
 
-def _decode_step_seconds(model: MoEForCausalLM, slots: int, prompt_len: int, steps: int) -> list[float]:
-    """Wall time of each batched decode step (all slots, one token each, routing captured)."""
+def _decode_step_seconds(model: MoEForCausalLM, slots: int, prompt_len: int, steps: int, max_len: int) -> list[float]:
+    """Wall time of each batched decode step (all slots, one token each, routing captured). max_len: the cache's
+    (the compiled graph is specialised on it, so the warm-up uses the measured run's)."""
     cfg = model.config
-    cache = KVCache(cfg, num_slots=slots, max_len=prompt_len + steps + 1)
+    cache = KVCache(cfg, num_slots=slots, max_len=max_len)
     prompts = torch.randint(0, cfg.vocab_size, (slots * prompt_len,))
     slot_ids = torch.arange(slots)
     logits, _ = model.forward_cached(prompts, slot_ids, [prompt_len] * slots, cache)
@@ -60,8 +61,9 @@ def main() -> None:
     model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=args.vocab_size)).eval()
     model.compile_decode(args.compile)
     with torch.inference_mode():
-        _decode_step_seconds(model, args.slots, args.prompt_len, 4)  # warm-up
-        steps = _decode_step_seconds(model, args.slots, args.prompt_len, args.steps)
+        max_len = args.prompt_len + args.steps + 1
+        _decode_step_seconds(model, args.slots, args.prompt_len, 4, max_len)  # warm-up (compiles with --compile)
+        steps = _decode_step_seconds(model, args.slots, args.prompt_len, args.steps, max_len)
         uncached = _uncached_tokens_per_s(model, args.slots, args.prompt_len, max(4, args.steps // 8))
     cached = args.slots * len(steps) / sum(steps)
     print(
