@@ -7,15 +7,18 @@
     credited only with the useful tokens (sum of the drawn lengths). `(b1)` is the same with one wave (W = 1):
     nothing waits, so the engine's batch shrinks as rows finish;
 (c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
-Both sides sample at temperature 1 with no top-k/top-p and use the same torch thread count. The native engine
-also computes per-token log-probs and captures routing; `generate` does neither. By default the engine's decode
-step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up); `--no-compile` measures the
-eager engine. Each measurement is repeated `--reps` times, the two sides back to back; ratios are medians of
-the per-repetition ratios (robust to the load of a shared machine drifting); ratios by process CPU time are
-printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native tokens/s over
-generate tokens/s). With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same
-weights and runs (a) and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a
-sampled EOS, so it is credited with the tokens it returned); native/vLLM ratios are printed before the last line.
+Both sides sample at temperature 1 with no top-k/top-p. The native engine runs 1 torch thread (`--threads`)
+plus `--attention-threads` threads in its compiled attention kernel; `generate` is measured at each of
+`--generate-threads` torch threads in every repetition and the faster one is its rate (its best use of the same
+cores). The native engine also computes per-token log-probs and captures routing; `generate` does neither. By
+default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
+`--no-compile` measures the eager engine. Each measurement is repeated `--reps` times, the two sides back to
+back; ratios are medians of the per-repetition ratios (robust to the load of a shared machine drifting); ratios
+by process CPU time are printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s`
+(ratios = native tokens/s over generate tokens/s).
+With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
+and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
+credited with the tokens it returned); native/vLLM ratios are printed before the last line.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class BenchConfig:
     waves: int
     reps: int
     threads: int
+    generate_threads: tuple[int, ...]
+    attention_threads: int
     compile_decode: bool
     decode_burst: int
     vocab_size: int
@@ -59,7 +64,18 @@ def parse_args() -> BenchConfig:
     p.add_argument("--min-new-tokens", type=int, default=8, help="shortest drawn response in (b)")
     p.add_argument("--waves", type=int, default=4, help="batches of prompts submitted at once in (b)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of every measurement (median reported)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the native engine")
+    p.add_argument(
+        "--generate-threads",
+        default="1,2",
+        help="comma-separated torch thread counts `generate` is measured at; the fastest is its rate",
+    )
+    p.add_argument(
+        "--attention-threads",
+        type=int,
+        default=2,
+        help="EngineConfig.attention_threads: threads of the compiled step's attention kernel",
+    )
     p.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
@@ -77,7 +93,8 @@ def parse_args() -> BenchConfig:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     return BenchConfig(
-        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.waves, a.reps, a.threads, a.compile, a.decode_burst,
+        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.waves, a.reps, a.threads,
+        tuple(int(t) for t in a.generate_threads.split(",")), a.attention_threads, a.compile, a.decode_burst,
         a.vocab_size, a.seed, a.vllm,
     )  # fmt: skip
 
@@ -131,6 +148,7 @@ def build(cfg: BenchConfig) -> Bench:
         max_len=cfg.prompt_len + cfg.new_tokens,
         eos_token_ids=(),
         compile_decode=cfg.compile_decode,
+        attention_threads=cfg.attention_threads,
         decode_burst=cfg.decode_burst,
     )
     rng = np.random.default_rng(cfg.seed)
@@ -154,6 +172,7 @@ class Rate:
 
     wall: float
     cpu: float
+    threads: int = 0  # generate: the torch thread count it ran at
 
 
 def _rate(tokens: int, wall0: float, cpu0: float) -> Rate:
@@ -238,7 +257,11 @@ class Results:
 
 def report(b: Bench, r: Results) -> None:
     mode = "compiled" if b.cfg.compile_decode else "eager"
-    print(f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)")
+    attention = f" + {b.cfg.attention_threads} attention-kernel thread(s)" if b.cfg.compile_decode else ""
+    print(
+        f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)"
+        f"{attention}; generate: the faster of {', '.join(map(str, b.cfg.generate_threads))} torch thread(s)"
+    )
     for name, pairs in (("(a) fixed", r.fixed), ("(b) rl-shaped", r.shaped), ("(b1) one wave", r.one_wave)):
         native = statistics.median(n.wall for n, _ in pairs)
         hf = statistics.median(g.wall for _, g in pairs)
@@ -296,8 +319,21 @@ def launch_vllm(b: Bench, ckpt_dir: str) -> VLLMServer:
     return server
 
 
+def best_generate_tok_s(b: Bench, work: Workload) -> Rate:
+    """`generate` at each of `--generate-threads` torch threads; the fastest (wall) run."""
+    import torch
+
+    runs = []
+    for threads in b.cfg.generate_threads:
+        torch.set_num_threads(threads)
+        rate = generate_tok_s(b, work)
+        runs.append(Rate(rate.wall, rate.cpu, threads))
+    torch.set_num_threads(b.cfg.threads)
+    return max(runs, key=lambda r: r.wall)
+
+
 def _pair(b: Bench, work: Workload) -> tuple[Rate, Rate]:
-    return asyncio.run(native_tok_s(b, work)), generate_tok_s(b, work)
+    return asyncio.run(native_tok_s(b, work)), best_generate_tok_s(b, work)
 
 
 def run_reps(b: Bench, url: str | None) -> Results:
@@ -313,8 +349,9 @@ def run_reps(b: Bench, url: str | None) -> Results:
         (na, ga), (nb, gb), (n1, g1) = r.fixed[-1], r.shaped[-1], r.one_wave[-1]
         peer = f"   vLLM {r.vllm_fixed[-1]:.0f} / {r.vllm_shaped[-1]:.0f} tok/s" if url is not None else ""
         print(
-            f"rep {rep}: native / generate tok/s: fixed {na.wall:.0f} / {ga.wall:.0f}   rl-shaped {nb.wall:.0f} / "
-            f"{gb.wall:.0f}   one wave {n1.wall:.0f} / {g1.wall:.0f}   update {r.update[-1] * 1e3:.1f} ms{peer}",
+            f"rep {rep}: native / generate (its threads) tok/s: fixed {na.wall:.0f} / {ga.wall:.0f} ({ga.threads})   "
+            f"rl-shaped {nb.wall:.0f} / {gb.wall:.0f} ({gb.threads})   one wave {n1.wall:.0f} / {g1.wall:.0f} "
+            f"({g1.threads})   update {r.update[-1] * 1e3:.1f} ms{peer}",
             flush=True,
         )
     return r
@@ -326,7 +363,7 @@ def main() -> None:
     t0 = time.perf_counter()
     asyncio.run(native_tok_s(b, b.shaped))  # warm-up both sides (and compile, when asked)
     print(f"native warm-up (compiles the decode step with --compile): {time.perf_counter() - t0:.1f}s", flush=True)
-    generate_tok_s(b, b.one_wave)
+    best_generate_tok_s(b, b.one_wave)
     with tempfile.TemporaryDirectory() as ckpt:
         server = launch_vllm(b, ckpt) if cfg.vllm else None
         try:

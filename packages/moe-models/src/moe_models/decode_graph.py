@@ -7,9 +7,11 @@ inductor rather than for eager dispatch:
   (positions < its length) and the token's own key;
 - weights are inputs, not module attributes, so one compiled graph serves every model of the same shapes, and
   weight updates (in place or new tensors) never recompile it;
-- attention is broadcast multiply + sum, not bmm: inductor fuses the gather of each row's slot, q.k, the
-  per-row mask, the softmax and p.v into loops reading each cached K and V row once (slow in eager: use
-  `decode_step` there);
+- with fp32 weights and cache, attention is the C kernel `moe_models.attention_kernel` (a custom op that
+  inductor calls as is), run on `GraphDims.attention_threads` threads; otherwise it is broadcast multiply + sum,
+  not bmm: inductor fuses the gather of each row's slot, q.k, the per-row mask, the softmax and p.v into loops
+  reading each cached K and V row once (slow in eager: use `decode_step` there; ~2.5x slower than the kernel on
+  one thread);
 - batch size, key length and the number of cache slots are dynamic dimensions; the cache length is static
   (symbolic strides made the attention loops ~20% slower). A process compiles one graph per model shape and
   cache length, plus one for a batch of 1.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from moe_models import attention_kernel
 from moe_models.decode_step import check_room, routed_experts
 from moe_models.kv_cache import KVCache
 from moe_models.moe import SparseMoeBlock
@@ -46,6 +49,7 @@ class GraphDims(NamedTuple):
     eps: float
     top_k: int
     norm_topk_prob: bool
+    attention_threads: int = 0  # >= 1: attention by the C kernel (attention_kernel) on that many threads; 0: inline
 
 
 class GraphLayer(NamedTuple):
@@ -77,6 +81,11 @@ def _attend(
 ) -> torch.Tensor:
     """q [S, H, D] rotated, k/v [S, KVH, D] the new token's own; caches [slots, KVH, max_len, D], read at keys
     0 .. L-1 (key_index [L]) of each row's slot and masked at keys >= its position. Returns [S, H * D]."""
+    if dims.attention_threads:
+        return torch.ops.moe_models.decode_attention(
+            q.contiguous(), k.contiguous(), v.contiguous(), key_cache, value_cache, slot_ids, positions, dims.scaling,
+            dims.attention_threads,
+        )  # fmt: skip
     s, length, g = q.shape[0], key_index.shape[0], dims.heads // dims.kv_heads
     q = (q.float() * dims.scaling).view(s, dims.kv_heads, g, 1, dims.head_dim)  # query head h reads kv head h // g
     keys = key_cache.index_select(0, slot_ids)[:, :, None, :length].float()  # [S, KVH, 1, L, D]
@@ -206,7 +215,8 @@ def compiled_decode_forward(
     for storage in (cache.key_storage, cache.value_storage):
         torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: ~20% faster kernels)
     inner = model.model
-    dims = graph_dims(model)
+    fused = attention_kernel.supports(inner.embed_tokens.weight.dtype, cache.dtype, cache.device)
+    dims = graph_dims(model)._replace(attention_threads=model._attention_threads if fused else 0)
     shapes = model.config.replace(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # what the graph reads
     key = (shapes, cache.max_len, cache.dtype, inner.embed_tokens.weight.dtype)
     logits, new_keys, new_values, ids = _compiled_graph(key)(
