@@ -8,7 +8,7 @@
     nothing waits, so the engine's batch shrinks as rows finish;
 (c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
 Both sides sample at temperature 1 with no top-k/top-p. The native engine runs 1 torch thread (`--threads`)
-plus `--attention-threads` threads in its compiled attention kernel; `generate` is measured at each of
+plus `--kernel-threads` threads in its compiled attention kernel; `generate` is measured at each of
 `--generate-threads` torch threads in every repetition and the faster one is its rate (its best use of the same
 cores). The native engine also computes per-token log-probs and captures routing; `generate` does neither. By
 default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
@@ -48,7 +48,7 @@ class BenchConfig:
     reps: int
     threads: int
     generate_threads: tuple[int, ...]
-    attention_threads: int
+    kernel_threads: int
     compile_decode: bool
     decode_burst: int
     vocab_size: int
@@ -71,10 +71,10 @@ def parse_args() -> BenchConfig:
         help="comma-separated torch thread counts `generate` is measured at; the fastest is its rate",
     )
     p.add_argument(
-        "--attention-threads",
+        "--kernel-threads",
         type=int,
         default=2,
-        help="EngineConfig.attention_threads: threads of the compiled step's attention kernel",
+        help="EngineConfig.kernel_threads: threads of the compiled step's attention kernel",
     )
     p.add_argument(
         "--compile",
@@ -94,7 +94,7 @@ def parse_args() -> BenchConfig:
     a = p.parse_args()
     return BenchConfig(
         a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.waves, a.reps, a.threads,
-        tuple(int(t) for t in a.generate_threads.split(",")), a.attention_threads, a.compile, a.decode_burst,
+        tuple(int(t) for t in a.generate_threads.split(",")), a.kernel_threads, a.compile, a.decode_burst,
         a.vocab_size, a.seed, a.vllm,
     )  # fmt: skip
 
@@ -148,7 +148,7 @@ def build(cfg: BenchConfig) -> Bench:
         max_len=cfg.prompt_len + cfg.new_tokens,
         eos_token_ids=(),
         compile_decode=cfg.compile_decode,
-        attention_threads=cfg.attention_threads,
+        kernel_threads=cfg.kernel_threads,
         decode_burst=cfg.decode_burst,
     )
     rng = np.random.default_rng(cfg.seed)
@@ -257,7 +257,7 @@ class Results:
 
 def report(b: Bench, r: Results) -> None:
     mode = "compiled" if b.cfg.compile_decode else "eager"
-    attention = f" + {b.cfg.attention_threads} attention-kernel thread(s)" if b.cfg.compile_decode else ""
+    attention = f" + {b.cfg.kernel_threads} C-kernel thread(s)" if b.cfg.compile_decode else ""
     print(
         f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)"
         f"{attention}; generate: the faster of {', '.join(map(str, b.cfg.generate_threads))} torch thread(s)"

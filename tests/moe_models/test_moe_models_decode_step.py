@@ -3,6 +3,8 @@ compiled (`compile_decode`, marked slow: each cache length compiles its own grap
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -154,6 +156,35 @@ def test_compiled_decode_serves_new_models_and_new_weights_without_compiling_aga
         assert (got - expected).abs().max().item() <= TOL
         load_state_dict_numpy(other, state_dict_numpy(_model(7, config)))  # new weights, same tensors
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cache_dtype", "kernel_calls"), [(torch.float32, True), (torch.bfloat16, False)])
+def test_compiled_decode_runs_attention_and_experts_in_the_c_kernels_for_fp32_only(
+    monkeypatch: pytest.MonkeyPatch, cache_dtype: torch.dtype, kernel_calls: bool
+) -> None:
+    from moe_models import attention_kernel, expert_kernel
+
+    calls = {"attention": 0, "experts": 0}
+
+    def counted(name: str, lookup: Callable[..., object]) -> Callable[..., object]:
+        def wrapped(*args: object) -> object:
+            calls[name] += 1
+            return lookup(*args)
+
+        return wrapped
+
+    monkeypatch.setattr(attention_kernel, "function", counted("attention", attention_kernel.function))
+    monkeypatch.setattr(expert_kernel, "function", counted("experts", expert_kernel.function))
+    model = _model(8, compiled=True)
+    cache = KVCache(CONFIG, num_slots=2, max_len=8, dtype=cache_dtype)
+    with torch.inference_mode():
+        model.forward_cached(torch.arange(6), torch.tensor([0, 1]), [3, 3], cache)
+        calls.update(attention=0, experts=0)  # prefill runs the eager cached forward
+        model.forward_cached(torch.tensor([4, 5]), torch.tensor([0, 1]), [1, 1], cache)
+    moe_layers = CONFIG.num_hidden_layers - len(CONFIG.mlp_only_layers)
+    expected = (CONFIG.num_hidden_layers, moe_layers) if kernel_calls else (0, 0)
+    assert (calls["attention"], calls["experts"]) == expected
 
 
 def test_cache_write_tokens_stores_each_layers_token_at_its_slot_and_position() -> None:

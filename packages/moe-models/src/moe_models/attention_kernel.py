@@ -1,92 +1,25 @@
-"""A C decode-attention kernel (`csrc/decode_attention.c`), compiled at first use, as the custom op
-`torch.ops.moe_models.decode_attention` that the compiled decode graph calls once per layer.
+"""A C decode-attention kernel (`csrc/decode_attention.c`, built by `c_kernels`) as the custom op
+`torch.ops.moe_models.decode_attention` that the compiled decode graph calls once per layer (fp32 only, see
+`c_kernels.supports`; the graph uses inductor's loops otherwise).
 
 Why: inductor's loops for the same math ran at ~400 us per layer for 64 rows x 96 positions on the tiny preset
-(horizontal sums per key, one serial accumulator for p.v, bounds checks per load); the C kernel streams each row's
-keys and values once at ~141 us, close to this machine's memory bandwidth for the 3.1 MB it reads.
-
-Scope: fp32 query, cache and output on the CPU (`supports`); the decode graph uses inductor's formulation for
-anything else. The kernel is built with the system C compiler (`$CC`, else `cc`), the one inductor needs too,
-into a per-user cache directory keyed by a hash of the source and flags; a missing compiler raises with the
-command that failed.
+(horizontal sums per key, one serial accumulator for p.v, bounds checks per load). The C kernel reads each row's
+keys and values once; that is bound by memory latency on one core (~285 us from DRAM), so rows are split over
+threads (~155 us on two).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
-import subprocess
-import tempfile
-import threading
-from importlib import resources
-from pathlib import Path
 
 import torch
 
-_SOURCE = "decode_attention.c"
-_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared")
-_BUILD_LOCK = threading.Lock()
-_ptr = ctypes.c_void_p
+from moe_models.c_kernels import check_tensors, check_threads, define_op, function, ptr
+
+_OP = "decode_attention"
+_ARGS = [ptr] * 7 + [ctypes.c_int64] * 4 + [ctypes.c_float, ptr, ctypes.c_int64]
 
 
-def supports(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether the kernel serves a decode graph with these parameter and cache dtypes on this device."""
-    return dtype == torch.float32 and cache_dtype == torch.float32 and device.type == "cpu"
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("MOE_MODELS_KERNEL_DIR") or os.path.join(tempfile.gettempdir(), f"moe_models_{os.getuid()}")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@functools.cache
-def _library(head_dim: int, group: int) -> ctypes.CDLL:
-    """The kernel for this head size and query heads per KV head, compiled once per source, flags and shape."""
-    source = resources.files("moe_models").joinpath("csrc", _SOURCE).read_text()
-    compiler = os.environ.get("CC", "cc")
-    flags = (*_FLAGS, f"-DHEAD_DIM={head_dim}", f"-DGROUP={group}")
-    digest = hashlib.sha256("\0".join((source, compiler, *flags)).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"decode_attention_{digest}.so"
-    with _BUILD_LOCK:
-        if not target.exists():
-            _compile(compiler, flags, source, target)
-    lib = ctypes.CDLL(str(target))
-    lib.decode_attention.restype = ctypes.c_int64
-    lib.decode_attention.argtypes = [_ptr] * 7 + [ctypes.c_int64] * 4 + [ctypes.c_float, _ptr, ctypes.c_int64]
-    return lib
-
-
-def _compile(compiler: str, flags: tuple[str, ...], source: str, target: Path) -> None:
-    """Builds `target` from `source` atomically (a temporary file renamed into place: concurrent builders agree)."""
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / _SOURCE, Path(tmp) / target.name
-        src.write_text(source)
-        command = [compiler, *flags, str(src), "-o", str(out), "-lm"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True)
-        except FileNotFoundError as e:
-            raise RuntimeError(
-                f"decode-attention kernel: C compiler not found: got CC={compiler!r}, expected a gcc- or "
-                "clang-compatible compiler on PATH (torch.compile's CPU backend needs one too)"
-            ) from e
-        if done.returncode != 0:
-            raise RuntimeError(f"decode-attention kernel: `{' '.join(command)}` failed:\n{done.stderr}")
-        os.replace(out, target)
-
-
-def _check(name: str, t: torch.Tensor, dtype: torch.dtype, dims: int) -> None:
-    if t.dtype != dtype or t.dim() != dims or not t.is_contiguous() or t.device.type != "cpu":
-        raise ValueError(
-            f"decode_attention: {name} got {t.dtype} {tuple(t.shape)} contiguous={t.is_contiguous()} on "
-            f"{t.device}, expected a contiguous {dims}-d {dtype} CPU tensor"
-        )
-
-
-@torch.library.custom_op("moe_models::decode_attention", mutates_args=())
 def decode_attention(
     q: torch.Tensor,
     k_new: torch.Tensor,
@@ -101,15 +34,28 @@ def decode_attention(
     """q [S, H, D] rotated queries; k_new, v_new [S, KVH, D] each row's own key and value (not in the cache);
     caches [slots, KVH, max_len, D], of which row r reads positions 0 .. positions[r]-1 of slot slot_ids[r].
     Returns [S, H * D]: softmax(scale * q.k) . v over those keys and the own one, rows split over `threads`
-    OpenMP threads (>= 1)."""
-    for name, t, dims in (("q", q, 3), ("k_new", k_new, 3), ("v_new", v_new, 3)):
-        _check(name, t, torch.float32, dims)
-    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
-        _check(name, t, torch.float32, 4)
-    for name, t in (("slot_ids", slot_ids), ("positions", positions)):
-        _check(name, t, torch.int64, 1)
-    if threads < 1:
-        raise ValueError(f"decode_attention: threads got {threads}, expected >= 1")
+    threads (>= 1; `csrc/work_pool.h`). The op `torch.ops.moe_models.decode_attention`."""
+    return torch.ops.moe_models.decode_attention.default(
+        q, k_new, v_new, key_cache, value_cache, slot_ids, positions, scale, threads
+    )
+
+
+def _cpu(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_ids: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+    threads: int,
+) -> torch.Tensor:
+    f32, i64 = torch.float32, torch.int64
+    check_tensors(_OP, (("q", q, f32, 3), ("k_new", k_new, f32, 3), ("v_new", v_new, f32, 3),
+                        ("key_cache", key_cache, f32, 4), ("value_cache", value_cache, f32, 4),
+                        ("slot_ids", slot_ids, i64, 1), ("positions", positions, i64, 1)))  # fmt: skip
+    check_threads(_OP, threads)
     rows, heads, head_dim = q.shape
     num_slots, kv_heads, max_len = key_cache.shape[:3]
     own = (rows, kv_heads, head_dim)
@@ -122,14 +68,15 @@ def decode_attention(
             "[slots, KVH, max_len, D], slot_ids and positions [S], H a multiple of KVH"
         )
     out = q.new_empty(rows, heads * head_dim)
-    status = _library(head_dim, heads // kv_heads).decode_attention(
-        *(_ptr(t.data_ptr()) for t in (q, k_new, v_new, key_cache, value_cache, slot_ids, positions)),
+    kernel = function("decode_attention.c", (("HEAD_DIM", head_dim), ("GROUP", heads // kv_heads)), _OP, _ARGS)
+    status = kernel(
+        *(t.data_ptr() for t in (q, k_new, v_new, key_cache, value_cache, slot_ids, positions)),
         rows,
         num_slots,
         kv_heads,
         max_len,
         scale,
-        _ptr(out.data_ptr()),
+        out.data_ptr(),
         threads,
     )
     if status < 0:
@@ -143,7 +90,6 @@ def decode_attention(
     return out
 
 
-@decode_attention.register_fake
 def _fake(
     q: torch.Tensor,
     k_new: torch.Tensor,
@@ -157,3 +103,11 @@ def _fake(
 ) -> torch.Tensor:
     """The output's shape and dtype, for tracing."""
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+
+define_op(
+    "decode_attention(Tensor q, Tensor k_new, Tensor v_new, Tensor key_cache, Tensor value_cache, Tensor slot_ids, "
+    "Tensor positions, float scale, int threads) -> Tensor",
+    _cpu,
+    _fake,
+)

@@ -7,8 +7,9 @@ inductor rather than for eager dispatch:
   (positions < its length) and the token's own key;
 - weights are inputs, not module attributes, so one compiled graph serves every model of the same shapes, and
   weight updates (in place or new tensors) never recompile it;
-- with fp32 weights and cache, attention is the C kernel `moe_models.attention_kernel` (a custom op that
-  inductor calls as is), run on `GraphDims.attention_threads` threads; otherwise it is broadcast multiply + sum,
+- with fp32 weights and cache, attention and the routed experts are C kernels (`moe_models.attention_kernel`,
+  `moe_models.expert_kernel`: custom ops that inductor calls as they are) run on `GraphDims.kernel_threads`
+  threads. Otherwise the experts are `decode_step.routed_experts` and attention is broadcast multiply + sum,
   not bmm: inductor fuses the gather of each row's slot, q.k, the per-row mask, the softmax and p.v into loops
   reading each cached K and V row once (slow in eager: use `decode_step` there; ~2.5x slower than the kernel on
   one thread);
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from moe_models import attention_kernel
+from moe_models import attention_kernel, c_kernels, expert_kernel  # noqa: F401 (the ops register on import)
 from moe_models.decode_step import check_room, routed_experts
 from moe_models.kv_cache import KVCache
 from moe_models.moe import SparseMoeBlock
@@ -49,7 +50,7 @@ class GraphDims(NamedTuple):
     eps: float
     top_k: int
     norm_topk_prob: bool
-    attention_threads: int = 0  # >= 1: attention by the C kernel (attention_kernel) on that many threads; 0: inline
+    kernel_threads: int = 0  # >= 1: attention and experts by the C kernels on that many threads; 0: inline
 
 
 class GraphLayer(NamedTuple):
@@ -81,10 +82,10 @@ def _attend(
 ) -> torch.Tensor:
     """q [S, H, D] rotated, k/v [S, KVH, D] the new token's own; caches [slots, KVH, max_len, D], read at keys
     0 .. L-1 (key_index [L]) of each row's slot and masked at keys >= its position. Returns [S, H * D]."""
-    if dims.attention_threads:
+    if dims.kernel_threads:
         return torch.ops.moe_models.decode_attention(
             q.contiguous(), k.contiguous(), v.contiguous(), key_cache, value_cache, slot_ids, positions, dims.scaling,
-            dims.attention_threads,
+            dims.kernel_threads,
         )  # fmt: skip
     s, length, g = q.shape[0], key_index.shape[0], dims.heads // dims.kv_heads
     q = (q.float() * dims.scaling).view(s, dims.kv_heads, g, 1, dims.head_dim)  # query head h reads kv head h // g
@@ -98,6 +99,20 @@ def _attend(
     out = (w_cached[..., None] * values).sum(-2) + w_own[..., None] * v.float()[:, :, None]  # [S, KVH, G, D]
     out = out / (w_cached.sum(-1) + w_own)[..., None]
     return out.to(k.dtype).reshape(s, dims.heads * dims.head_dim)
+
+
+def _experts(dims: GraphDims, x: torch.Tensor, h: torch.Tensor, w: GraphLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """h + the routed experts of normed x (both [S, hidden]), and the expert ids [S, K]."""
+    if not dims.kernel_threads:
+        return routed_experts(x, h, w.router, w.gate_up, w.down, w.expert_ids, dims.top_k, dims.norm_topk_prob)
+    probs = torch.softmax(F.linear(x, w.router), dim=-1, dtype=torch.float32)  # [S, E]
+    top, ids = torch.topk(probs, dims.top_k, dim=-1)
+    if dims.norm_topk_prob:
+        top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.ops.moe_models.moe_experts(
+        x.contiguous(), h.contiguous(), ids, top, w.gate_up, w.down, dims.kernel_threads
+    )
+    return out, ids
 
 
 def decode_graph(
@@ -134,7 +149,7 @@ def decode_graph(
             gate, up = F.linear(x, w.gate_up).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, w.down)
         else:
-            h, ids = routed_experts(x, h, w.router, w.gate_up, w.down, w.expert_ids, dims.top_k, dims.norm_topk_prob)
+            h, ids = _experts(dims, x, h, w)
             routed.append(ids)
         new_keys.append(k)
         new_values.append(v)
@@ -215,8 +230,8 @@ def compiled_decode_forward(
     for storage in (cache.key_storage, cache.value_storage):
         torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: ~20% faster kernels)
     inner = model.model
-    fused = attention_kernel.supports(inner.embed_tokens.weight.dtype, cache.dtype, cache.device)
-    dims = graph_dims(model)._replace(attention_threads=model._attention_threads if fused else 0)
+    fused = c_kernels.supports(inner.embed_tokens.weight.dtype, cache.dtype, cache.device)
+    dims = graph_dims(model)._replace(kernel_threads=model._kernel_threads if fused else 0)
     shapes = model.config.replace(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # what the graph reads
     key = (shapes, cache.max_len, cache.dtype, inner.embed_tokens.weight.dtype)
     logits, new_keys, new_values, ids = _compiled_graph(key)(

@@ -40,7 +40,7 @@ class MoEForCausalLM(nn.Module):
         self.moe_layer_ids = config.moe_layer_ids
         self._decode_weights: DecodeWeights | None = None  # fused copies for the decode fast path (lazy)
         self._decode_compiled = False  # decode fast path through moe_models.decode_graph (compile_decode)
-        self._attention_threads = 2  # threads of the compiled path's C attention kernel (compile_decode)
+        self._kernel_threads = 2  # threads of the compiled path's C attention kernel (compile_decode)
         self._graph_layers: tuple[DecodeWeights, list[GraphLayer]] | None = None  # graph inputs of _decode_weights
         self.reset_parameters()
 
@@ -197,12 +197,13 @@ class MoEForCausalLM(nn.Module):
         routed_experts = self._stack_routing(routed, input_ids.numel()) if capture_routing else None  # [N, L, K]
         return logits, routed_experts
 
-    def compile_decode(self, enabled: bool = True, attention_threads: int = 2) -> None:
+    def compile_decode(self, enabled: bool = True, kernel_threads: int = 2) -> None:
         """Run the decode fast path through `moe_models.decode_graph` compiled by `torch.compile`, or in eager.
 
-        With fp32 weights and cache, attention runs in a C kernel (`moe_models.attention_kernel`) on
-        `attention_threads` OpenMP threads: it is bound by memory latency, so a second core nearly doubles it
-        (per layer, 64 rows x 96 positions from DRAM: ~285 us on one thread, ~155 us on two).
+        With fp32 weights and cache, attention and the routed experts run in C kernels
+        (`moe_models.attention_kernel`, `moe_models.expert_kernel`) on `kernel_threads` threads. Attention is bound
+        by memory latency, so a second core nearly doubles it (per layer, 64 rows x 96 positions from DRAM: ~285 us
+        on one thread, ~155 us on two).
 
         The graph takes weights and the cache as inputs, with batch size, key length and cache slots dynamic and
         the cache length static: a process compiles it once per model shape and cache length (and once more for a
@@ -215,10 +216,10 @@ class MoEForCausalLM(nn.Module):
         device = self.lm_head.weight.device
         if enabled and device.type != "cpu":
             raise ValueError(f"compile_decode: got a model on {device}, expected cpu (the fast path is CPU-only)")
-        if isinstance(attention_threads, bool) or not isinstance(attention_threads, int) or attention_threads < 1:
-            raise ValueError(f"compile_decode: attention_threads got {attention_threads!r}, expected an int >= 1")
+        if isinstance(kernel_threads, bool) or not isinstance(kernel_threads, int) or kernel_threads < 1:
+            raise ValueError(f"compile_decode: kernel_threads got {kernel_threads!r}, expected an int >= 1")
         self._decode_compiled = enabled
-        self._attention_threads = attention_threads
+        self._kernel_threads = kernel_threads
 
     def _check_call_shape(
         self, input_ids: torch.Tensor, slot_ids: torch.Tensor, query_lens: list[int], cache: KVCache

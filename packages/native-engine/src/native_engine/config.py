@@ -29,10 +29,11 @@ class EngineConfig:
     # README. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for short
     # runs and tests.
     compile_decode: bool = False
-    # Threads of the compiled step's C attention kernel (fp32 weights and cache; `moe_models.attention_kernel`).
-    # Attention streams every row's cached keys and values and is bound by memory latency on one core; a second
-    # thread nearly halves it (64 rows x 96 positions, tiny preset: ~285 -> ~155 us per layer).
-    attention_threads: int = 2
+    # Threads of the compiled step's C kernels (attention and routed experts; fp32 weights and cache; see
+    # `moe_models.attention_kernel`, `moe_models.expert_kernel`): the calling thread plus kernel_threads - 1
+    # helpers. Attention is bound by memory latency on one core; a second thread nearly halves it (64 rows x 96
+    # positions, tiny preset: ~285 -> ~155 us per layer).
+    kernel_threads: int = 2
     # Decode steps one worker-thread call may run (1: back to the event loop after every step). The worker stops
     # early, after the step in progress, on a new call, abort, pause or resume, and once `admission_batch` rows
     # finished while calls wait for a slot; it hands tokens to the loop every 8 steps and at every finish
@@ -49,7 +50,7 @@ class EngineConfig:
     seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
 
     def __post_init__(self) -> None:
-        ints = ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch", "attention_threads")
+        ints = ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch", "kernel_threads")
         for name in ints:
             value = getattr(self, name)
             if name == "admission_batch" and value is None:

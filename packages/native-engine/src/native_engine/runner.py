@@ -128,7 +128,7 @@ class ModelRunner:
             model.config, config.max_slots, config.max_len, dtype=config.torch_cache_dtype, device=config.device
         )
         self._lock = threading.Lock()
-        self.model.compile_decode(config.compile_decode, config.attention_threads)
+        self.model.compile_decode(config.compile_decode, config.kernel_threads)
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:
         if routed is None or self.routing_spec is None:

@@ -1,10 +1,10 @@
 /* One decode token's attention for a batch of rows over a slot KV cache (fp32), rows split over `threads`.
  *
- * Compiled at run time by moe_models.attention_kernel with HEAD_DIM and GROUP (query heads per KV head) fixed,
- * so the compiler unrolls and vectorises the head-dimension loops, and -ffast-math lets it vectorise the dot
- * products' sums and the exp loop (glibc's vector expf). Built with OpenMP: one core streams each row's keys and
- * values at about half the memory bandwidth (too few misses in flight), so two threads nearly double it. No input is ever inf or nan: every row reads only its
- * own filled positions, so no -inf masking is needed.
+ * Compiled at run time by moe_models.c_kernels with HEAD_DIM and GROUP (query heads per KV head) fixed, so the
+ * compiler unrolls and vectorises the head-dimension loops (-fassociative-math lets it vectorise the dot products'
+ * sums; exp is fast_exp.h's). Rows are split over threads (work_pool.h): one core streams each row's keys and
+ * values at about half the memory bandwidth (too few misses in flight), so two threads nearly double it. Every row
+ * reads only its own filled positions, so no -inf masking is needed.
  *
  * Row r of the batch attends over the `lens[r]` cached positions of slot `slots[r]` plus its own new key/value
  * (k_new/v_new, not yet in the cache), with the softmax split the same way as moe_models.decode_graph._attend.
@@ -16,6 +16,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "fast_exp.h"
+#include "work_pool.h"
+
 
 /* Requests the cache lines of one position's key or value (HEAD_DIM floats), for a later (row, head). */
 static inline void prefetch_position(const float *p) {
@@ -44,7 +48,7 @@ static void weights(const float *q, const float *keys, const float *own, int64_t
         for (int64_t l = 1; l <= n; l++) top = s[l] > top ? s[l] : top;
         float sum = 0.0f;
         for (int64_t l = 0; l <= n; l++) {
-            s[l] = expf(s[l] - top);
+            s[l] = fast_exp(s[l] - top);
             sum += s[l];
         }
         total[g] = sum;
@@ -88,26 +92,37 @@ static void attend_row(const float *q, const float *k_new, const float *v_new, c
     }
 }
 
+typedef struct {
+    const float *q, *k_new, *v_new, *key_cache, *value_cache;
+    const int64_t *slots, *lens;
+    int64_t rows, kv_heads, max_len;
+    float scale;
+    float *out;
+    atomic_int failed;
+} AttentionJob;
+
+#define ROWS_PER_ITEM 4 /* consecutive rows per work item: the next row's prefetch stays on this thread */
+
+static void attention_item(void *ctx, int64_t item) {
+    AttentionJob *j = ctx;
+    float *scratch = pool_scratch(GROUP * (j->max_len + 1));
+    if (!scratch) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    const int64_t end = (item + 1) * ROWS_PER_ITEM < j->rows ? (item + 1) * ROWS_PER_ITEM : j->rows;
+    for (int64_t r = item * ROWS_PER_ITEM; r < end; r++)
+        attend_row(j->q, j->k_new, j->v_new, j->key_cache, j->value_cache, j->slots, j->lens, j->rows, r,
+                   j->kv_heads, j->max_len, j->scale, j->out, scratch);
+}
+
 int64_t decode_attention(const float *q, const float *k_new, const float *v_new, const float *key_cache,
                          const float *value_cache, const int64_t *slots, const int64_t *lens, int64_t rows,
                          int64_t num_slots, int64_t kv_heads, int64_t max_len, float scale, float *out,
                          int64_t threads) {
     for (int64_t r = 0; r < rows; r++)
         if (slots[r] < 0 || slots[r] >= num_slots || lens[r] < 0 || lens[r] >= max_len) return r + 1;
-    int failed = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1 && rows > 1)
-    {
-        float *scratch = malloc(sizeof(float) * GROUP * (max_len + 1));
-        if (!scratch) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 2)
-        for (int64_t r = 0; r < rows; r++)
-            if (scratch)
-                attend_row(q, k_new, v_new, key_cache, value_cache, slots, lens, rows, r, kv_heads, max_len, scale,
-                           out, scratch);
-        free(scratch);
-    }
-    return failed ? -1 : 0;
+    AttentionJob job = {q, k_new, v_new, key_cache, value_cache, slots, lens, rows, kv_heads, max_len, scale, out, 0};
+    pool_parallel_for(attention_item, &job, (rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, threads);
+    return atomic_load(&job.failed) ? -1 : 0;
 }
