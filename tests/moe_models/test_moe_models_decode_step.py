@@ -187,6 +187,22 @@ def test_compiled_decode_runs_attention_and_experts_in_the_c_kernels_for_fp32_on
     assert (calls["attention"], calls["experts"]) == expected
 
 
+def test_prefill_with_compile_decode_runs_the_experts_kernel_and_matches_the_forward() -> None:
+    model = _model(9)
+    model.compile_decode(True)  # prefill compiles nothing: its MoE layers use the C experts kernel (fp32)
+    gen = torch.Generator().manual_seed(9)
+    seqs = [torch.randint(0, CONFIG.vocab_size, (n,), generator=gen) for n in (7, 3, 12)]
+    cache = KVCache(CONFIG, num_slots=4, max_len=16)
+    with torch.inference_mode():
+        logits, routed = model.forward_cached(
+            torch.cat(seqs), torch.tensor([3, 0, 1]), [len(s) for s in seqs], cache, capture_routing=True
+        )
+        for row, (seq, rows) in enumerate(zip(seqs, routed.split([len(s) for s in seqs]), strict=True)):
+            ref = model(seq[None], capture_routing=True)
+            assert (logits[row] - ref.logits[0, -1]).abs().max().item() <= TOL
+            assert rows.equal(ref.routed_experts[0])
+
+
 def test_cache_write_tokens_stores_each_layers_token_at_its_slot_and_position() -> None:
     cache = KVCache(CONFIG, num_slots=3, max_len=5)
     slots, positions = torch.tensor([2, 0]), torch.tensor([4, 1])

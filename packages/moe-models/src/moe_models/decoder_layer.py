@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -10,6 +12,9 @@ from moe_models.cached_plan import CachedBatchPlan
 from moe_models.config import MoEConfig
 from moe_models.moe import DenseMLP, SparseMoeBlock
 from moe_models.norm import RMSNorm
+
+RoutedExperts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(x normed [N, hidden], h residual [N, hidden], expert ids [N, K], gate weights [N, K]) -> h + experts(x)."""
 
 
 class DecoderLayer(nn.Module):
@@ -43,8 +48,10 @@ class DecoderLayer(nn.Module):
         plan: CachedBatchPlan,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
+        experts: RoutedExperts | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h: [N, hidden] new tokens -> (h [N, hidden], expert ids [N, K] or None)."""
+        """h: [N, hidden] new tokens -> (h [N, hidden], expert ids [N, K] or None). `experts`, when given, computes
+        an MoE layer's h + experts(x) from the router's choice instead of the block's own experts."""
         attn = self.self_attn.forward_cached(
             self.input_layernorm(h),
             cos,
@@ -55,7 +62,12 @@ class DecoderLayer(nn.Module):
             k_cache,
             v_cache,
         )
-        return self._feed_forward(h + attn)
+        h = h + attn
+        if experts is None or isinstance(self.mlp, DenseMLP):
+            return self._feed_forward(h)
+        x = self.post_attention_layernorm(h)
+        weights, ids = self.mlp.gate(x)
+        return experts(x, h, ids, weights), ids
 
     def _feed_forward(
         self,
