@@ -142,3 +142,20 @@ def test_pause_abort_returns_every_token_the_burst_computed() -> None:
     segments = asyncio.run(main())
     assert all(s.stop_reason is StopReason.ABORT for s in segments)
     assert sum(len(s.token_ids) for s in segments) == engine.metrics().generated_tokens > 0
+
+
+def test_native_engine_metrics_count_each_burst_step_once_when_rows_finish_apart() -> None:
+    # rows finishing one by one are handed over in chunks of their own; steps and tokens must still add up
+    lengths = [3, 9, 17, 30]
+    engine = NativeEngine(tiny_model(6), max_slots=4, max_len=64, eos_token_ids=(), decode_burst=64)
+
+    async def main():
+        params = [SamplingParams(max_new_tokens=n, seed=i) for i, n in enumerate(lengths)]
+        return await asyncio.gather(*(engine.generate(f"m{i}", _prompt(i), p) for i, p in enumerate(params)))
+
+    segments = asyncio.run(main())
+    assert [len(s.token_ids) for s in segments] == lengths
+    metrics = engine.metrics()
+    assert metrics.generated_tokens == sum(lengths)
+    assert metrics.steps == max(lengths)  # one step per token of the longest row: no step counted twice
+    assert abs(metrics.mean_batch_occupancy - sum(lengths) / (4 * max(lengths))) < 1e-9

@@ -3,10 +3,12 @@
 A thread hop per token (asyncio.to_thread, then per-request bookkeeping on the event loop) costs about as much as a
 small model's decode step, so the worker keeps decoding the step's rows by itself while nothing needs the loop:
 no new call, abort, pause or resume (`interrupt`, checked after every step, so those are served within one
-step). Rows that finish (a stop token or their token budget) are handed to the loop at once (`deliver`) while the
-rest go on; when calls wait for a slot, the burst ends once `finishes_to_stop` rows have finished since the step
-began, so the loop admits the waiting calls and prefills them together (one prefill per several finishes, not one
-per finish: a prefill call costs about a decode step of a small model, a free slot only 1/slots of one).
+step). Rows that finish (a stop token or their token budget) are handed to the loop at once (`deliver`), in a
+chunk of just those rows (the loop's per-row work holds the GIL the worker needs, so it should scale with what
+finished), while the rest go on; when calls wait for a slot, the burst ends once `finishes_to_stop` rows have
+finished since the step began, so the loop admits the waiting calls and prefills them together (one prefill per
+several finishes, not one per finish: a prefill call costs about a decode step of a small model, a free slot
+only 1/slots of one).
 Tokens also go to the loop every `progress_steps` steps (applied there while the worker goes on), so callers and
 `metrics()` see progress at a fine grain.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
@@ -49,7 +51,9 @@ class BurstSpec:
 
 @dataclass
 class BurstChunk:
-    """`steps` consecutive decode steps, right after the step's token, for some of the step's rows."""
+    """`steps` consecutive decode steps, right after the step's token (or the rows' previous chunk), for some of the
+    step's rows. Each decode step and its time are counted once, by the first chunk handed over after it
+    (`new_steps`, `seconds`), whichever rows that chunk holds."""
 
     rows: list[int]  # [R] indices into the plan's requests
     tokens: list[list[int]]  # [R][steps]
@@ -57,7 +61,8 @@ class BurstChunk:
     routing: np.ndarray | None  # [R, steps, L_moe, K]: the routing of each step's input token
     version: int
     steps: int
-    seconds: float
+    new_steps: int  # decode steps not counted by an earlier chunk
+    seconds: float  # their wall time
 
 
 @dataclass
@@ -132,28 +137,55 @@ def _finished(tokens: torch.Tensor, rows: _Rows, steps: int) -> list[int]:
     return sorted(done)
 
 
-def _chunk(
-    rows: _Rows,
-    tokens: list[torch.Tensor],
-    lps: list[torch.Tensor],
-    routing: list[torch.Tensor],
-    version: int,
-    t0: float,
-    dtype: np.dtype | None,
-) -> BurstChunk:
-    """The steps since the last chunk: tokens/lps/routing hold one [R] / [R] / [R, L_moe, K] tensor per step."""
-    routed = None
-    if routing and dtype is not None:
-        routed = torch.stack(routing, dim=1).numpy().astype(dtype)  # [R, steps, L_moe, K]
-    return BurstChunk(
-        rows=list(rows.index),
-        tokens=torch.stack(tokens, dim=1).tolist(),
-        log_probs=torch.stack(lps, dim=1).tolist(),
-        routing=routed,
-        version=version,
-        steps=len(tokens),
-        seconds=time.perf_counter() - t0,
-    )
+@dataclass
+class _Pending:
+    """What the burst sampled and has not handed over, for the current rows (in `_Rows` order): blocks of
+    [R, t] tokens and log-probs and [R, t, L_moe, K] routing (none when not captured), `steps` = sum of t; plus the
+    decode steps and seconds no chunk has counted yet."""
+
+    tokens: list[torch.Tensor] = field(default_factory=list)
+    lps: list[torch.Tensor] = field(default_factory=list)
+    routing: list[torch.Tensor] = field(default_factory=list)
+    steps: int = 0
+    uncounted: int = 0
+    since: float = field(default_factory=time.perf_counter)
+
+    def add(self, tok: torch.Tensor, lp: torch.Tensor, routed: torch.Tensor | None) -> None:
+        self.tokens.append(tok[:, None])
+        self.lps.append(lp[:, None])
+        if routed is not None:
+            self.routing.append(routed[:, None])
+        self.steps += 1
+        self.uncounted += 1
+
+    def hand_over(self, rows: _Rows, pick: list[int] | None, version: int, dtype: np.dtype | None) -> BurstChunk:
+        """A chunk of the rows at positions `pick` (None: all), which leave the pending set; the rest stay."""
+        tokens, lps = torch.cat(self.tokens, 1), torch.cat(self.lps, 1)
+        routing = torch.cat(self.routing, 1) if self.routing else None
+        index = rows.index
+        if pick is not None:
+            keep = torch.tensor([j for j in range(len(rows.index)) if j not in set(pick)], dtype=torch.int64)
+            self.tokens, self.lps = [tokens.index_select(0, keep)], [lps.index_select(0, keep)]
+            self.routing = [] if routing is None else [routing.index_select(0, keep)]
+            chosen = torch.tensor(pick, dtype=torch.int64)
+            tokens, lps = tokens.index_select(0, chosen), lps.index_select(0, chosen)
+            routing = None if routing is None else routing.index_select(0, chosen)
+            index = [rows.index[j] for j in pick]
+        now = time.perf_counter()
+        chunk = BurstChunk(
+            rows=list(index),
+            tokens=tokens.tolist(),
+            log_probs=lps.tolist(),
+            routing=None if routing is None or dtype is None else routing.numpy().astype(dtype),
+            version=version,
+            steps=tokens.shape[1],
+            new_steps=self.uncounted,
+            seconds=now - self.since,
+        )
+        self.uncounted, self.since = 0, now
+        if pick is None:
+            self.tokens, self.lps, self.routing, self.steps = [], [], [], 0
+        return chunk
 
 
 def _stops(spec: BurstSpec, finished: int) -> bool:
@@ -197,29 +229,26 @@ def run_burst(
     if rows is None:
         return []
     finished = len(first_tokens) - len(rows.index)  # rows done with the step's own token
-    tokens: list[torch.Tensor] = []
-    lps: list[torch.Tensor] = []
-    routing: list[torch.Tensor] = []
-    t0 = time.perf_counter()
+    pending = _Pending()
+    since_advance = 0  # steps since the rows' budgets were last charged
     for step in range(1, spec.max_steps + 1):
         logits, routed = decode(rows.ids, rows.slots, spec.capture)
         tok, lp = rows.sample(logits)
-        tokens.append(tok)
-        lps.append(lp)
-        if routed is not None:
-            routing.append(routed)
-        done = _finished(tok, rows, len(tokens))
+        pending.add(tok, lp, routed)
+        since_advance += 1
+        done = _finished(tok, rows, since_advance)
         finished += len(done)
         last = step == spec.max_steps or spec.interrupt.is_set() or len(done) == len(rows.index)
         if last or _stops(spec, finished):
             break
-        if done or len(tokens) >= spec.progress_steps:
-            deliver([_chunk(rows, tokens, lps, routing, version, t0, rows_dtype)])
-            rows.advance(tok, len(tokens))
+        if done or pending.steps >= spec.progress_steps:
+            progress = pending.steps >= spec.progress_steps
+            deliver([pending.hand_over(rows, None if progress else done, version, rows_dtype)])
+            rows.advance(tok, since_advance)
+            since_advance = 0
             if done:
                 gone = set(done)
                 rows = rows.select([j for j in range(len(rows.index)) if j not in gone])
-            tokens, lps, routing, t0 = [], [], [], time.perf_counter()
         else:
             rows.advance(tok, 0)
-    return [_chunk(rows, tokens, lps, routing, version, t0, rows_dtype)]
+    return [pending.hand_over(rows, None, version, rows_dtype)]

@@ -265,7 +265,7 @@ class NativeEngine:
                 self._metrics.record_step(len(plan.requests), sum(r.context_len for r in plan.prefill), out.seconds)
                 touched = apply_step(plan, out)
             else:
-                self._metrics.record_steps(out.steps, len(out.rows), out.seconds)
+                self._metrics.record_steps(out.new_steps, out.steps * len(out.rows), out.seconds)
                 touched = apply_chunk(plan, out)
             for request in touched:
                 if request.status == RequestStatus.FINISHED:

@@ -51,12 +51,12 @@ class MetricsRecorder:
         self.busy_seconds += seconds
         self._occupancy_sum += rows / self.max_slots
 
-    def record_steps(self, steps: int, rows: int, seconds: float) -> None:
-        """`steps` decode steps of `rows` rows each (a burst chunk), `seconds` in all."""
+    def record_steps(self, steps: int, tokens: int, seconds: float) -> None:
+        """A burst chunk: `steps` decode steps not counted before, taking `seconds`, and `tokens` tokens."""
         self.steps += steps
-        self.generated_tokens += steps * rows
+        self.generated_tokens += tokens
         self.busy_seconds += seconds
-        self._occupancy_sum += steps * rows / self.max_slots
+        self._occupancy_sum += tokens / self.max_slots
 
     def snapshot(self, *, running: int, frozen: int, waiting: int, version: int, paused: bool) -> EngineMetrics:
         return EngineMetrics(
