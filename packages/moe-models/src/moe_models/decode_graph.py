@@ -163,7 +163,9 @@ _COMPILED_LOCK = threading.Lock()  # engines step in worker threads
 
 
 def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """torch.compile of decode_graph, one per key of static shapes (model shape, cache length, dtypes).
+    """torch.compile of decode_graph, one per key of static shapes (model shape, cache length, dtypes), with
+    inductor's C++ wrapper (`cpp_wrapper`): the graph's ~100 kernel calls cost ~0.2 ms less per step than from its
+    Python wrapper (64 rows x 96 positions, tiny preset: 2.5-2.7 vs 2.75-2.9 ms), for about the same compile time.
 
     Each key compiles a fresh copy of decode_graph's code object: dynamo keeps compiled graphs (and counts them
     against its recompile limit, beyond which it would run eagerly) per code object, so engines of different
@@ -171,7 +173,9 @@ def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
     with _COMPILED_LOCK:
         if key not in _COMPILED:
             code, env = decode_graph.__code__.replace(), decode_graph.__globals__
-            _COMPILED[key] = torch.compile(types.FunctionType(code, env, decode_graph.__name__), dynamic=False)
+            _COMPILED[key] = torch.compile(
+                types.FunctionType(code, env, decode_graph.__name__), dynamic=False, options={"cpp_wrapper": True}
+            )
         return _COMPILED[key]
 
 
