@@ -36,7 +36,7 @@ class EngineConfig:
     kernel_threads: int = 2
     # Decode steps one worker-thread call may run (1: back to the event loop after every step). The worker stops
     # early, after the step in progress, on a new call, abort, pause or resume, and once `admission_batch` rows
-    # finished while calls wait for a slot; it hands tokens to the loop every 8 steps and at every finish
+    # finished while calls wait for a slot; it hands tokens to the loop every 16 steps and at every finish
     # meanwhile. Results do not depend on it (every row's math and draws are per step and per row).
     decode_burst: int = 64
     # With calls waiting for a slot, a burst ends (and they are admitted and prefilled together) once this many

@@ -50,7 +50,7 @@ class StepOutput:
     seconds: float
 
 
-PROGRESS_STEPS = 8  # a burst hands its tokens to the event loop at least this often
+PROGRESS_STEPS = 16  # a burst hands its tokens to the event loop at least this often
 
 
 def _burst_spec(plan: StepPlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event) -> BurstSpec:
