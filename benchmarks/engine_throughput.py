@@ -7,15 +7,15 @@
     credited only with the useful tokens (sum of the drawn lengths). `(b1)` is the same with one wave (W = 1):
     nothing waits, so the engine's batch shrinks as rows finish;
 (c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
-Both sides sample at temperature 1 with no top-k/top-p. The native engine runs 1 torch thread (`--threads`)
-plus `--kernel-threads` threads in its compiled attention kernel; `generate` is measured at each of
-`--generate-threads` torch threads in every repetition and the faster one is its rate (its best use of the same
-cores). The native engine also computes per-token log-probs and captures routing; `generate` does neither. By
-default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
-`--no-compile` measures the eager engine. Each measurement is repeated `--reps` times, the two sides back to
-back; ratios are medians of the per-repetition ratios (robust to the load of a shared machine drifting); ratios
-by process CPU time are printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s`
-(ratios = native tokens/s over generate tokens/s).
+Both sides sample at temperature 1 with no top-k/top-p. The native engine runs 1 torch thread (`--threads`); its
+compiled step's C kernels split their work over `--kernel-threads` (that thread and helpers); `generate` is measured
+at each of `--generate-threads` torch threads in every repetition and the faster one is its rate (its best use of
+the same cores). The native engine also computes per-token log-probs and captures routing; `generate` does neither.
+By default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
+`--no-compile` measures the eager engine. Each measurement is repeated `--reps` times, the two sides back to back;
+ratios are medians of the per-repetition ratios (robust to the load of a shared machine drifting); ratios by process
+CPU time are printed too. The last line is `fixed <r_a>x rl-shaped <r_b>x update <seconds>s` (ratios = native
+tokens/s over generate tokens/s).
 With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
 and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
 credited with the tokens it returned); native/vLLM ratios are printed before the last line.
@@ -74,7 +74,7 @@ def parse_args() -> BenchConfig:
         "--kernel-threads",
         type=int,
         default=2,
-        help="EngineConfig.kernel_threads: threads of the compiled step's attention kernel",
+        help="EngineConfig.kernel_threads: threads of the compiled step's C kernels (the caller and helpers)",
     )
     p.add_argument(
         "--compile",
@@ -257,7 +257,7 @@ class Results:
 
 def report(b: Bench, r: Results) -> None:
     mode = "compiled" if b.cfg.compile_decode else "eager"
-    attention = f" + {b.cfg.kernel_threads} C-kernel thread(s)" if b.cfg.compile_decode else ""
+    attention = f", C kernels on {b.cfg.kernel_threads} thread(s)" if b.cfg.compile_decode else ""
     print(
         f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)"
         f"{attention}; generate: the faster of {', '.join(map(str, b.cfg.generate_threads))} torch thread(s)"
