@@ -14,7 +14,7 @@ the same cores). The native engine also computes per-token log-probs and capture
 By default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
 `--no-compile` measures the eager engine. Each measurement is repeated `--reps` times, the two sides back to back;
 ratios are medians of the per-repetition ratios (robust to the load of a shared machine drifting); ratios by process
-CPU time are printed too. The last line is `fixed <r_a>x rl-shaped <r_b>x update <seconds>s` (ratios = native
+CPU time are printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native
 tokens/s over generate tokens/s).
 With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
 and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
