@@ -34,23 +34,8 @@ def decode_attention(
     """q [S, H, D] rotated queries; k_new, v_new [S, KVH, D] each row's own key and value (not in the cache);
     caches [slots, KVH, max_len, D], of which row r reads positions 0 .. positions[r]-1 of slot slot_ids[r].
     Returns [S, H * D]: softmax(scale * q.k) . v over those keys and the own one, rows split over `threads`
-    threads (>= 1; `csrc/work_pool.h`). The op `torch.ops.moe_models.decode_attention`."""
-    return torch.ops.moe_models.decode_attention.default(
-        q, k_new, v_new, key_cache, value_cache, slot_ids, positions, scale, threads
-    )
-
-
-def _cpu(
-    q: torch.Tensor,
-    k_new: torch.Tensor,
-    v_new: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_ids: torch.Tensor,
-    positions: torch.Tensor,
-    scale: float,
-    threads: int,
-) -> torch.Tensor:
+    threads (>= 1; `csrc/work_pool.h`).
+    Also the CPU implementation of the op `torch.ops.moe_models.decode_attention`, which the compiled graph calls."""
     f32, i64 = torch.float32, torch.int64
     check_tensors(_OP, (("q", q, f32, 3), ("k_new", k_new, f32, 3), ("v_new", v_new, f32, 3),
                         ("key_cache", key_cache, f32, 4), ("value_cache", value_cache, f32, 4),
@@ -98,6 +83,6 @@ def _fake(q: torch.Tensor, *_: object) -> torch.Tensor:
 define_op(
     "decode_attention(Tensor q, Tensor k_new, Tensor v_new, Tensor key_cache, Tensor value_cache, Tensor slot_ids, "
     "Tensor positions, float scale, int threads) -> Tensor",
-    _cpu,
+    decode_attention,
     _fake,
 )

@@ -31,19 +31,8 @@ def moe_experts(
     """x [S, hidden] normed input, h [S, hidden] residual, ids [S, K] int64 expert ids, weights [S, K] their gate
     weights, gate_up [E, hidden, 2I] (gate columns first), down [E, I, hidden].
     Returns h + sum_k weights[:, k] * (silu(x @ gate) * (x @ up)) @ down of expert ids[:, k]: [S, hidden], experts
-    split over `threads` threads (>= 1). The op `torch.ops.moe_models.moe_experts`."""
-    return torch.ops.moe_models.moe_experts.default(x, h, ids, weights, gate_up, down, threads)
-
-
-def _cpu(
-    x: torch.Tensor,
-    h: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    gate_up: torch.Tensor,
-    down: torch.Tensor,
-    threads: int,
-) -> torch.Tensor:
+    split over `threads` threads (>= 1).
+    Also the CPU implementation of the op `torch.ops.moe_models.moe_experts`, which the compiled graph calls."""
     f32 = torch.float32
     check_tensors(_OP, (("x", x, f32, 2), ("h", h, f32, 2), ("ids", ids, torch.int64, 2), ("weights", weights, f32, 2),
                         ("gate_up", gate_up, f32, 3), ("down", down, f32, 3)))  # fmt: skip
@@ -78,6 +67,6 @@ def _fake(x: torch.Tensor, *_: object) -> torch.Tensor:
 
 define_op(
     "moe_experts(Tensor x, Tensor h, Tensor ids, Tensor weights, Tensor gate_up, Tensor down, int threads) -> Tensor",
-    _cpu,
+    moe_experts,
     _fake,
 )
