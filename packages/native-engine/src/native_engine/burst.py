@@ -117,7 +117,7 @@ class _Rows:
         return out
 
     def advance(self, tokens: torch.Tensor, steps: int) -> None:
-        """`tokens` [R] are the next inputs; `steps` burst steps were handed over since the last call with steps."""
+        """`tokens` [R] are the next inputs; `steps` burst steps ran since the budgets were last charged."""
         self.ids = tokens
         if steps:
             self.remaining = [left - steps for left in self.remaining]
@@ -164,7 +164,8 @@ class _Pending:
         routing = torch.cat(self.routing, 1) if self.routing else None
         index = rows.index
         if pick is not None:
-            keep = torch.tensor([j for j in range(len(rows.index)) if j not in set(pick)], dtype=torch.int64)
+            gone = set(pick)
+            keep = torch.tensor([j for j in range(len(rows.index)) if j not in gone], dtype=torch.int64)
             self.tokens, self.lps = [tokens.index_select(0, keep)], [lps.index_select(0, keep)]
             self.routing = [] if routing is None else [routing.index_select(0, keep)]
             chosen = torch.tensor(pick, dtype=torch.int64)
