@@ -1,89 +1,163 @@
-"""Building a config: dataclass defaults, then a TOML file, then `--section.key value` (last wins)."""
+"""Building a config from dotted keys: dataclass defaults (or a base config), then TOML tables, then flags.
+
+A tagged section's member is chosen by `<section>.kind`, or by a string given for `<section>` itself. Fields left
+unset keep the base's values when the chosen kind is the base's (the default instance, or e.g. the saved config
+of a resumed run); otherwise they take the chosen member's own defaults (those of the field's declared default
+instance when it is of the chosen kind: what a fresh config of that kind gets).
+"""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import tomllib
-import typing
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
-from run_config.fields import Leaf, convert, is_config, leaves, section_default
+from run_config.fields import check_declaration, convert, leaves
+from run_config.schema import TAG, FieldSpec, member_base, section_default, specs
 
 C = TypeVar("C")
+_UNSET = object()
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables to dotted keys (`{"a": {"b": 1}}` -> `{"a.b": 1}`)."""
     out: dict[str, Any] = {}
     for k, v in table.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
 
 
-def _build(cls: type[C], values: dict[str, Any], prefix: str = "", base: Any = None) -> C:
-    """`cls` from `values` (dotted keys); unset fields keep `base`'s values, else the declared defaults."""
-    hints = typing.get_type_hints(cls)
+@dataclass
+class _Plan:
+    """The members a set of values chooses: kind per tagged-section path, and every key valid under them."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+    members: dict[str, Mapping[str, type]] = field(default_factory=dict)
+    valid: set[str] = field(default_factory=set)
+
+
+def _base_kind(spec: FieldSpec, key: str, section: Any) -> str | None:
+    assert spec.members is not None
+    if section is None:
+        return None
+    if type(section) not in spec.members.values():
+        names = [m.__qualname__ for m in spec.members.values()]
+        raise ValueError(f"{key}: expected the base to hold one of {names}, got {type(section).__qualname__}")
+    return str(getattr(section, TAG))
+
+
+def _chosen_kind(spec: FieldSpec, key: str, flat: Mapping[str, Any], section: Any) -> str | None:
+    """The kind `flat` chooses for tagged section `key` (as `key` or `key.kind`), else the base's kind; None when
+    neither says (a required section)."""
+    assert spec.members is not None
+    choices = Literal[tuple(spec.members)]
+    given = [(k, convert(flat[k], choices, f"{key}.{TAG}")) for k in (key, f"{key}.{TAG}") if k in flat]
+    if len(given) == 2 and given[0][1] != given[1][1]:
+        raise ValueError(
+            f"{key}.{TAG}: expected one kind, got {given[0][1]!r} (as {key}) and {given[1][1]!r} (as {key}.{TAG})"
+        )
+    return str(given[0][1]) if given else _base_kind(spec, key, section)
+
+
+def _plan(cls: type, flat: Mapping[str, Any], prefix: str, base: Any, plan: _Plan, *, strict: bool = True) -> None:
+    """Records the kinds `flat` chooses over `base`; a required tagged section left unchosen is a ValueError when
+    `strict`, else it is skipped."""
+    for spec in specs(cls):
+        key = f"{prefix}{spec.name}"
+        if spec.members is not None:
+            section = section_default(spec.field, base)
+            kind = _chosen_kind(spec, key, flat, section)
+            if kind is None and not strict:
+                continue
+            if kind is None:
+                raise ValueError(
+                    f"{key}.{TAG}: expected one of {list(spec.members)} (the section has no default), got none"
+                )
+            plan.kinds[key], plan.members[key] = kind, spec.members
+            plan.valid.update((key, f"{key}.{TAG}"))
+            _plan(spec.members[kind], flat, key + ".", member_base(spec.field, section, kind), plan, strict=strict)
+        elif spec.section is not None:
+            _plan(spec.section, flat, key + ".", section_default(spec.field, base), plan, strict=strict)
+        else:
+            plan.valid.add(key)
+
+
+def _keys_of(member: type) -> set[str]:
+    """Every key (relative to the member) that some choice of nested kinds makes valid, shorthands included."""
+    out = leaves(member)
+    return {leaf.key for leaf in out} | {leaf.section for leaf in out if leaf.chooses}
+
+
+def _check_keys(cls: type, flat: Mapping[str, Any], plan: _Plan, source: str) -> None:
+    """ValueError for keys the chosen kinds lack: naming the kinds that have them, else listing the known keys."""
+    wrong_kind: list[str] = []
+    unknown: list[str] = []
+    for key in sorted(set(flat) - plan.valid):
+        holders = [p for p in plan.kinds if key.startswith(p + ".")]
+        path = max(holders, key=len, default=None)
+        if path is not None:
+            rel = key[len(path) + 1 :]
+            having = [name for name, member in plan.members[path].items() if rel in _keys_of(member)]
+            if having:
+                wrong_kind.append(f"{key}: not a key of {path}.{TAG} = {plan.kinds[path]!r}; kinds with it: {having}")
+                continue
+        unknown.append(key)
+    if wrong_kind:
+        raise ValueError("; ".join(wrong_kind))
+    if unknown:
+        out = leaves(cls)
+        known = sorted({leaf.key for leaf in out} | {leaf.section for leaf in out if leaf.chooses})
+        raise ValueError(f"{source}: unknown key(s) {unknown}; expected keys among {known}")
+
+
+def _build(cls: type[C], flat: Mapping[str, Any], prefix: str, base: Any, plan: _Plan) -> C:
+    """`cls` from `flat` (dotted keys) under the kinds of `plan`; unset fields keep `base`'s values, else the
+    declared defaults."""
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        key = f"{prefix}{f.name}"
-        if is_config(hints[f.name]):
-            kwargs[f.name] = _build(hints[f.name], values, key + ".", section_default(f, base))
-        elif key in values:
-            kwargs[f.name] = values[key]
+    for spec in specs(cls):
+        key = f"{prefix}{spec.name}"
+        if spec.members is not None:
+            kind = plan.kinds[key]
+            section = member_base(spec.field, section_default(spec.field, base), kind)
+            kwargs[spec.name] = _build(spec.members[kind], flat, key + ".", section, plan)
+        elif spec.section is not None:
+            kwargs[spec.name] = _build(spec.section, flat, key + ".", section_default(spec.field, base), plan)
+        elif key in flat:
+            kwargs[spec.name] = convert(flat[key], spec.hint, key)
         elif base is not None:
-            kwargs[f.name] = getattr(base, f.name)
+            kwargs[spec.name] = getattr(base, spec.name)
     return cls(**kwargs)
 
 
-def from_dict(cls: type[C], table: dict[str, Any], *, source: str = "config") -> C:
-    """A config from nested tables (TOML-shaped); unknown keys are an error naming the known ones."""
-    known = {leaf.key: leaf for leaf in leaves(cls)}
-    flat = _flatten(table)
-    unknown = sorted(set(flat) - set(known))
-    if unknown:
-        raise ValueError(f"{source}: unknown key(s) {unknown}; expected keys among {sorted(known)}")
-    return _build(cls, {k: convert(v, known[k].kind, k) for k, v in flat.items()})
+def build_flat(cls: type[C], flat: Mapping[str, Any], *, source: str, base: C | None = None) -> C:
+    """A config from dotted keys over `base` (else the declared defaults); unknown keys are a ValueError."""
+    if base is not None and not isinstance(base, cls):
+        raise TypeError(f"base: expected a {cls.__qualname__}, got {type(base).__qualname__}")
+    check_declaration(cls)
+    plan = _Plan()
+    _plan(cls, flat, "", base, plan)
+    _check_keys(cls, flat, plan, source)
+    return _build(cls, flat, "", base, plan)
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> list[Leaf]:
-    """Adds `--config FILE` and one `--section.key` option per leaf field, its help showing the default."""
-    parser.add_argument("--config", type=Path, default=None, help="TOML file of overrides (defaults < file < flags)")
-    all_leaves = leaves(cls)
-    for leaf in all_leaves:
-        default = "required" if leaf.default is dataclasses.MISSING else repr(leaf.default)
-        parser.add_argument(
-            f"--{leaf.key}", dest=leaf.key, default=None, metavar="V", help=f"{leaf.help} (default: {default})"
-        )
-    return all_leaves
+def from_dict(cls: type[C], table: Mapping[str, Any], *, source: str = "config", base: C | None = None) -> C:
+    """A config from nested tables (TOML-shaped) over `base` (default: the declared defaults); unknown keys are
+    an error naming the known ones, a key of another kind an error naming the kinds that have it."""
+    return build_flat(cls, flatten(table), source=source, base=base)
 
 
-def resolve(cls: type[C], args: argparse.Namespace) -> C:
-    """The config from parsed arguments: defaults, then `args.config` (TOML), then explicit flags."""
-    table: dict[str, Any] = {}
-    if args.config is not None:
-        if not args.config.is_file():
-            raise ValueError(f"--config: expected an existing TOML file, got {str(args.config)!r}")
-        table = _flatten(tomllib.loads(args.config.read_text()))
-    for leaf in leaves(cls):
-        value = getattr(args, leaf.key, None)
-        if value is not None:
-            table[leaf.key] = value
-    nested: dict[str, Any] = {}
-    for key, value in table.items():
-        node = nested
-        *parents, last = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return from_dict(cls, nested, source=str(args.config) if args.config else "command line")
-
-
-def parse_config(cls: type[C], argv: list[str] | None = None, *, description: str = "") -> C:
-    """Parses `argv` (default `sys.argv[1:]`) into a `cls` config; `--help` lists every key."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser, cls)
-    return resolve(cls, parser.parse_args(argv))
+def layer(cls: type, lower: Mapping[str, Any], upper: Mapping[str, Any], base: Any = None) -> dict[str, Any]:
+    """`upper`'s dotted keys over `lower`'s, as successive layers: where `upper` chooses a kind for a tagged
+    section other than the one `lower` leads to, `lower`'s keys under that section are dropped (the section
+    starts from the new member's defaults)."""
+    plan = _Plan()
+    _plan(cls, lower, "", base, plan, strict=False)
+    kept = dict(lower)
+    for path, kind in plan.kinds.items():
+        given = upper.get(f"{path}.{TAG}", upper.get(path, _UNSET))
+        if given is not _UNSET and str(given) != kind:
+            kept = {k: v for k, v in kept.items() if k != path and not k.startswith(path + ".")}
+    return {**kept, **upper}

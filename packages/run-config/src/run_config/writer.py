@@ -8,19 +8,40 @@ from typing import Any
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """Nested plain dict of a config dataclass (tuples become lists)."""
+    """Nested plain dict of a config dataclass (tuples become lists); every tagged section holds its `kind`."""
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
-def _value(v: Any) -> str:
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _string(s: str) -> str:
+    """A TOML basic string, ASCII only: control and non-ASCII characters as \\uXXXX or \\UXXXXXXXX escapes."""
+    out = []
+    for c in s:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif " " <= c < "\x7f":
+            out.append(c)
+        elif "\ud800" <= c <= "\udfff":
+            raise ValueError(f"to_toml: expected Unicode scalar values, got the lone surrogate {c!r} in {s!r}")
+        else:
+            out.append(f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def toml_value(v: Any) -> str:
+    """`v` as a TOML value (None as "none", which `from_dict` reads back as None for an optional key)."""
+    if v is None:
+        return '"none"'
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
+        return _string(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise ValueError(f"to_toml: expected a scalar or a list, got {type(v).__name__}")
 
 
@@ -30,7 +51,7 @@ def _table(d: dict[str, Any], name: str, out: list[str]) -> None:
     if name and scalars:
         out.append(f"[{name}]")
     for k, v in scalars.items():
-        out.append(f'{k} = "none"' if v is None else f"{k} = {_value(v)}")
+        out.append(f"{k} = {toml_value(v)}")
     if scalars:
         out.append("")
     for k, v in tables.items():
