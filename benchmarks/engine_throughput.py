@@ -256,8 +256,9 @@ class Results:
 
 
 def report(b: Bench, r: Results) -> None:
-    mode = "compiled" if b.cfg.compile_decode else "eager"
-    attention = f", C kernels on {b.cfg.kernel_threads} thread(s)" if b.cfg.compile_decode else ""
+    compiled = b.engine.decode_compiled
+    mode = "compiled" if compiled else "eager"
+    attention = f", C kernels on {b.cfg.kernel_threads} thread(s)" if compiled else ""
     print(
         f"native engine: {mode} decode step, decode_burst {b.cfg.decode_burst}, {b.cfg.threads} torch thread(s)"
         f"{attention}; generate: the faster of {', '.join(map(str, b.cfg.generate_threads))} torch thread(s)"

@@ -3,8 +3,8 @@
 import asyncio
 
 import numpy as np
-from moe_models import MoEForCausalLM
 from native_engine import NativeEngine
+from native_engine.decode import CachedModel
 from native_engine.testing import tiny_model
 from rollout_core import SamplingParams, StopReason
 
@@ -64,20 +64,20 @@ def test_native_engine_bursts_admit_queued_and_late_calls_like_single_steps():
 
 def test_native_engine_admission_batches_prefill_fewer_times_and_change_no_result():
     prefills: list[int] = []
-    original = MoEForCausalLM.forward_cached
+    original = CachedModel.forward
 
     def counting(self, input_ids, slot_ids, query_lens, cache, **kw):
         if max(query_lens) > 1:
             prefills.append(len(query_lens))
         return original(self, input_ids, slot_ids, query_lens, cache, **kw)
 
-    MoEForCausalLM.forward_cached = counting
+    CachedModel.forward = counting
     try:
         one = _run(64, (3,), max_slots=4, stagger=False, admission_batch=1)
         one_prefills, prefills[:] = list(prefills), []
         three = _run(64, (3,), max_slots=4, stagger=False, admission_batch=3)
     finally:
-        MoEForCausalLM.forward_cached = original
+        CachedModel.forward = original
     _assert_same(three, one)
     _assert_same(three, _run(1, (3,), max_slots=4, stagger=False))
     assert sum(one_prefills) == sum(prefills) == len(PARAMS)  # every call prefilled once

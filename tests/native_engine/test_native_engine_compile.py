@@ -1,4 +1,5 @@
-"""`compile_decode=True` (torch.compile of the decode step) gives the same greedy tokens as eager."""
+"""`compile_decode=True` (torch.compile of the decode step) gives the same greedy tokens as eager; the engine, not
+the model, holds the decode state."""
 
 import asyncio
 
@@ -26,3 +27,13 @@ def test_native_engine_compiled_decode_matches_eager():
         assert compiled.token_ids == eager.token_ids
         np.testing.assert_allclose(compiled.log_probs, eager.log_probs, atol=1e-5)
         np.testing.assert_array_equal(compiled.routed_experts, eager.routed_experts)
+
+
+def test_native_engine_says_whether_its_decode_step_is_compiled_and_the_model_holds_no_decode_state():
+    eager = NativeEngine(tiny_model(3), max_slots=2, max_len=16)
+    compiled = NativeEngine(tiny_model(3), max_slots=2, max_len=16, compile_decode=True)
+    assert (eager.decode_compiled, compiled.decode_compiled) == (False, True)
+    with pytest.raises(AttributeError):
+        compiled.decode_compiled = False  # read-only
+    engine_state = ("_decode_weights", "_decode_compiled", "_kernel_threads", "_graph_layers", "forward_cached")
+    assert not [name for name in engine_state if hasattr(compiled.model, name)]

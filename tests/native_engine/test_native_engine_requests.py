@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from native_engine import NativeEngine, RequestStatus
+from native_engine.decode import CachedModel
 from native_engine.testing import tiny_model, wait_until
 from rollout_core import SamplingParams, StopReason
 
@@ -138,18 +139,18 @@ def test_native_engine_stops_on_the_model_eos_token_by_default():
     assert seg.stop_reason == StopReason.STOP and seg.token_ids == free.token_ids[: first + 1]
 
 
-def test_native_engine_step_error_fails_its_calls_and_the_engine_recovers():
+def test_native_engine_step_error_fails_its_calls_and_the_engine_recovers(monkeypatch):
     engine = _engine()
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom: injected model failure")
 
     async def main():
-        engine.model.forward_cached = broken  # instance attribute shadows the method for the prefill call
+        monkeypatch.setattr(CachedModel, "forward", broken)  # the prefill call fails
         with pytest.raises(RuntimeError, match="boom"):
             await engine.generate("x", [5, 6], SamplingParams(max_new_tokens=3))
         assert engine.request_status("x") is None and engine.metrics().running == 0
-        del engine.model.forward_cached
+        monkeypatch.undo()
         return await engine.generate("y", [5, 6], SamplingParams(max_new_tokens=3))
 
     assert len(asyncio.run(main()).token_ids) == 3

@@ -1,8 +1,13 @@
-"""Qwen3-MoE-compatible causal LM in plain torch: router capture and replay, slot KV cache, HF checkpoints."""
+"""Qwen3-MoE-compatible causal LM in plain torch: router capture and replay, HF checkpoints, a char tokenizer."""
 
-from moe_models.checkpoint import load_pretrained, load_state_dict_numpy, save_pretrained, state_dict_numpy
+from moe_models.checkpoint import (
+    load_pretrained,
+    load_state_dict_numpy,
+    load_state_dict_tensors,
+    save_pretrained,
+    state_dict_numpy,
+)
 from moe_models.config import MoEConfig
-from moe_models.kv_cache import KVCache
 from moe_models.model import MoEForCausalLM
 from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
@@ -11,13 +16,13 @@ from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, load_token
 __all__ = [
     "CausalLMOutput",
     "CharTokenizer",
-    "KVCache",
     "MoEConfig",
     "MoEForCausalLM",
     "RouterReplay",
     "build_char_tokenizer",
     "load_pretrained",
     "load_state_dict_numpy",
+    "load_state_dict_tensors",
     "load_tokenizer",
     "save_pretrained",
     "state_dict_numpy",

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
 from moe_models.attention import Attention
-from moe_models.cached_plan import CachedBatchPlan
 from moe_models.config import MoEConfig
 from moe_models.moe import DenseMLP, SparseMoeBlock
 from moe_models.norm import RMSNorm
-
-RoutedExperts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(x normed [N, hidden], h residual [N, hidden], expert ids [N, K], gate weights [N, K]) -> h + experts(x)."""
 
 
 class DecoderLayer(nn.Module):
@@ -38,43 +32,17 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """h: [B, T, hidden] -> (h [B, T, hidden], expert ids [B*T, K] or None for a dense layer)."""
         h = h + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask)
-        return self._feed_forward(h, replay_ids, replay_mask)
+        return self.feed_forward(h, replay_ids, replay_mask)
 
-    def forward_cached(
-        self,
-        h: torch.Tensor,
-        cos: torch.Tensor,
-        signed_sin: torch.Tensor,
-        plan: CachedBatchPlan,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        experts: RoutedExperts | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h: [N, hidden] new tokens -> (h [N, hidden], expert ids [N, K] or None). `experts`, when given, computes
-        an MoE layer's h + experts(x) from the router's choice instead of the block's own experts."""
-        attn = self.self_attn.forward_cached(
-            self.input_layernorm(h),
-            cos,
-            signed_sin,
-            plan.write_slots,
-            plan.write_positions,
-            plan.groups,
-            k_cache,
-            v_cache,
-        )
-        h = h + attn
-        if experts is None or isinstance(self.mlp, DenseMLP):
-            return self._feed_forward(h)
-        x = self.post_attention_layernorm(h)
-        weights, ids = self.mlp.gate(x)
-        return experts(x, h, ids, weights), ids
-
-    def _feed_forward(
+    def feed_forward(
         self,
         h: torch.Tensor,
         replay_ids: torch.Tensor | None = None,
         replay_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer's second half on the residual after attention, h [..., hidden] -> (h + mlp(post-norm(h)) in
+        h's shape, expert ids [tokens, K] (h's leading dims flattened) or None for a dense layer). replay_ids [tokens,
+        K] / replay_mask [tokens]: as in `TopKRouter.forward`."""
         x = self.post_attention_layernorm(h)
         if isinstance(self.mlp, DenseMLP):
             return h + self.mlp(x), None

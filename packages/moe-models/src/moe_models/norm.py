@@ -9,8 +9,8 @@ from torch import nn
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / sqrt(mean(x^2) + eps) over the last dim (weight: [x.shape[-1]]), statistics in float32, output
-    in x's dtype: the math of `RMSNorm`, as a function of tensors (the compiled decode graph takes weights as
-    inputs)."""
+    in x's dtype: the math of `RMSNorm`, as a function of tensors (for callers that hold the weight as an input
+    rather than a module, such as a compiled graph)."""
     shape = (x.shape[-1],)
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         return F.rms_norm(x, shape, weight, eps)

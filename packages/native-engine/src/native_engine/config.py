@@ -23,14 +23,14 @@ class EngineConfig:
     max_prefill_tokens: int = 8192  # prompt tokens admitted per step (at least one prompt always is)
     cache_dtype: str = "float32"  # KV cache dtype: float32, bfloat16 or float16
     device: str = "cpu"
-    # Run the decode step through `moe_models.decode_graph` compiled by torch.compile (see
-    # `MoEForCausalLM.compile_decode`): one graph per model shape and cache length per process, compiled at the
+    # Run the decode step through `native_engine.decode.decode_graph` compiled by torch.compile (see
+    # `native_engine.decode.CachedModel`): one graph per model shape and cache length per process, compiled at the
     # first decode step (~5-20 s on 2 cores). Throughput: benchmarks/engine_throughput.py, numbers in the root
     # README. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for short
     # runs and tests.
     compile_decode: bool = False
     # Threads of the compiled step's C kernels (attention and routed experts; fp32 weights and cache; see
-    # `moe_models.attention_kernel`, `moe_models.expert_kernel`): the calling thread plus kernel_threads - 1
+    # `native_engine.decode.attention_kernel`, `.expert_kernel`): the calling thread plus kernel_threads - 1
     # helpers. Attention is bound by memory latency on one core; a second thread nearly halves it (64 rows x 96
     # positions, tiny preset: ~285 -> ~155 us per layer).
     kernel_threads: int = 2

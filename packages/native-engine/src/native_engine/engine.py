@@ -97,6 +97,11 @@ class NativeEngine:
         return self._runner.model
 
     @property
+    def decode_compiled(self) -> bool:
+        """Whether the decode step runs through the `torch.compile`d graph (`EngineConfig.compile_decode`)."""
+        return self._runner.cached.compiled
+
+    @property
     def is_paused(self) -> bool:
         return self._scheduler.paused
 
@@ -194,7 +199,8 @@ class NativeEngine:
         self._kick()
 
     async def update_weights(self, state: WeightSource, version: int) -> None:
-        """Loads a full state dict (numpy arrays, or a safetensors file / HF directory) and serves `version`.
+        """Loads a full state dict (numpy arrays or floating torch tensors of any dtype, each cast to its
+        parameter's dtype; or a safetensors file / HF directory) and serves `version`.
 
         Allowed while paused or idle; otherwise `EngineBusyError`. `version` must not go backwards.
         """

@@ -1,4 +1,5 @@
-"""ModelRunner: the model, its slot KV cache and the weight version; runs one step (forward + sampling).
+"""ModelRunner: the model, its cached forward (`decode.CachedModel`, which holds the decode state), its slot KV
+cache and the weight version; runs one step (forward + sampling).
 
 `execute` and `load_weights` run on worker threads (torch releases the GIL) and are serialised by one lock, so a
 weight push never overlaps a forward pass, even one left running by an event loop that was closed.
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from moe_models import KVCache, MoEForCausalLM, load_state_dict_numpy
+from moe_models import MoEForCausalLM, load_state_dict_tensors
 from routing_state import RoutingSpec
 
 from native_engine.burst import BurstChunk, BurstSpec, run_burst
 from native_engine.config import EngineConfig
+from native_engine.decode import CachedModel, KVCache
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
 from native_engine.scheduler import StepPlan
@@ -114,7 +116,8 @@ def routing_spec_of(model: MoEForCausalLM) -> RoutingSpec | None:
 
 
 class ModelRunner:
-    """Owns the model and the KV cache (`max_slots` x `max_len` positions)."""
+    """Owns the model, its `CachedModel` (decode weights, compiled graph inputs, kernel threads) and the KV cache
+    (`max_slots` x `max_len` positions). The model itself holds no inference state."""
 
     def __init__(self, model: MoEForCausalLM, config: EngineConfig, version: int = 0) -> None:
         if config.num_threads is not None:
@@ -128,7 +131,7 @@ class ModelRunner:
             model.config, config.max_slots, config.max_len, dtype=config.torch_cache_dtype, device=config.device
         )
         self._lock = threading.Lock()
-        self.model.compile_decode(config.compile_decode, config.kernel_threads)
+        self.cached = CachedModel(self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads)
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:
         if routed is None or self.routing_spec is None:
@@ -139,7 +142,7 @@ class ModelRunner:
         self, ids: torch.Tensor, slots: torch.Tensor, capture: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One decode token for each of the rows `ids` [R] in `slots` [R]: (logits [R, V], routing or None)."""
-        return self.model.forward_cached(
+        return self.cached.forward(
             ids, slots, [1] * len(ids), self.cache, capture_routing=capture and self.routing_spec is not None
         )
 
@@ -154,7 +157,7 @@ class ModelRunner:
             if step.prefill_lens:
                 for slot in step.prefill_slots.tolist():
                     self.cache.reset(slot)
-                out, routed = self.model.forward_cached(
+                out, routed = self.cached.forward(
                     step.prefill_ids,
                     step.prefill_slots,
                     step.prefill_lens,
@@ -187,10 +190,11 @@ class ModelRunner:
             rest = run_burst(self._decode, step.burst, tokens, step.sampling, version, dtype, hand_over)
         return [*pending, *rest]
 
-    def load_weights(self, state: dict[str, np.ndarray], version: int) -> None:
-        """Copies a full state dict into the model in place (the compiled decode graph stays valid)."""
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Copies a full state dict (either key layout, any floating dtype) into the model's parameters in place,
+        each cast to its parameter's dtype (the compiled decode graph stays valid; the decode weights rebuild)."""
         with self._lock, torch.no_grad():
-            load_state_dict_numpy(self.model, state)
+            load_state_dict_tensors(self.model, state)
             self.version = version
 
 

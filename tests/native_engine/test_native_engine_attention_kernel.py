@@ -1,12 +1,12 @@
-"""The C decode-attention kernel (`moe_models.attention_kernel`) computes what the decode graph's inline attention
-does, for any slot layout, lengths (0 included), head grouping and thread count, and refuses bad input."""
+"""The C decode-attention kernel (`native_engine.decode.attention_kernel`) computes what the decode graph's inline
+attention does, for any slot layout, lengths (0 included), head grouping and thread count, and refuses bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from moe_models import attention_kernel
-from moe_models.decode_graph import GraphDims, _attend
+from native_engine.decode import attention_kernel
+from native_engine.decode.decode_graph import GraphDims, _attend
 
 TOL = 1e-5
 

@@ -1,29 +1,27 @@
-"""Decode fast path of `MoEForCausalLM.forward_cached`: every chunk is exactly one token.
+"""The eager decode step of `CachedModel.forward`: every chunk is exactly one token.
 
-Same math as the general cached path (to float rounding, ~1e-7 in fp32) with far fewer tensor ops per call, since
-a decode step of a small model is dominated by per-op overhead: one fused q/k/v projection, one norm and one rotary
-pass over all q and k heads together, K/V written with one `index_put_` each into the cache viewed as rows,
-attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read in place,
-and the experts as two grouped matmuls over expert-sorted token copies. With `compile_decode`, the step goes
-through `moe_models.decode_graph` instead (a formulation made for inductor).
+Same math as the general cached forward (`cached_forward`, to float rounding, ~1e-7 in fp32) with far fewer tensor
+ops per call, since a decode step of a small model is dominated by per-op overhead: one fused q/k/v projection, one
+norm and one rotary pass over all q and k heads together, K/V written with one `index_put_` each into the cache
+viewed as rows, attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read
+in place, and the experts as two grouped matmuls over expert-sorted token copies. A compiled `CachedModel` runs the
+step through `decode_graph` instead (a formulation made for inductor).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-
-from moe_models.decode_weights import LayerWeights
-from moe_models.kv_cache import KVCache
+from moe_models import MoEForCausalLM
+from moe_models.decoder_layer import DecoderLayer
 from moe_models.moe import SparseMoeBlock
 from moe_models.rope import apply_rotary
 
-if TYPE_CHECKING:
-    from moe_models.decoder_layer import DecoderLayer
-    from moe_models.model import MoEForCausalLM
+from native_engine.decode.cached_forward import stack_routing
+from native_engine.decode.decode_weights import LayerWeights
+from native_engine.decode.kv_cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -210,5 +208,6 @@ def decode_forward(
     h, routed = decode_layers(model, weights, h, cos, sin, geo, cache.keys, cache.values)
     logits = F.linear(model.model.norm(h), model.lm_head.weight).float()
     cache.lengths.index_copy_(0, slot_ids, geo.positions + 1)
-    routed_experts = model._stack_routing(routed, len(slots)) if capture_routing else None
-    return logits, routed_experts
+    if not capture_routing:
+        return logits, None
+    return logits, stack_routing(routed, len(slots), model.config.num_experts_per_tok, model.lm_head.weight.device)

@@ -1,5 +1,5 @@
 """A C decode-attention kernel (`csrc/decode_attention.c`, built by `c_kernels`) as the custom op
-`torch.ops.moe_models.decode_attention` that the compiled decode graph calls once per layer (fp32 only, see
+`torch.ops.native_engine.decode_attention` that the compiled decode graph calls once per layer (fp32 only, see
 `c_kernels.supports`; the graph uses inductor's loops otherwise).
 
 Why: inductor's loops for the same math ran at ~400 us per layer for 64 rows x 96 positions on the tiny preset
@@ -14,7 +14,7 @@ import ctypes
 
 import torch
 
-from moe_models.c_kernels import check_tensors, check_threads, define_op, function, ptr
+from native_engine.decode.c_kernels import check_tensors, check_threads, define_op, function, ptr
 
 _OP = "decode_attention"
 _ARGS = [ptr] * 7 + [ctypes.c_int64] * 4 + [ctypes.c_float, ptr, ctypes.c_int64]
@@ -35,7 +35,7 @@ def decode_attention(
     caches [slots, KVH, max_len, D], of which row r reads positions 0 .. positions[r]-1 of slot slot_ids[r].
     Returns [S, H * D]: softmax(scale * q.k) . v over those keys and the own one, rows split over `threads`
     threads (>= 1; `csrc/work_pool.h`).
-    Also the CPU implementation of the op `torch.ops.moe_models.decode_attention`, which the compiled graph calls."""
+    Also the CPU implementation of the op `torch.ops.native_engine.decode_attention`, which the compiled graph calls."""
     f32, i64 = torch.float32, torch.int64
     check_tensors(_OP, (("q", q, f32, 3), ("k_new", k_new, f32, 3), ("v_new", v_new, f32, 3),
                         ("key_cache", key_cache, f32, 4), ("value_cache", value_cache, f32, 4),

@@ -1,10 +1,12 @@
-"""forward_cached (the engine's hot path) reproduces the uncached forward and keeps slot bookkeeping."""
+"""`CachedModel.forward` (the engine's hot path) reproduces the model's uncached forward and keeps slot
+bookkeeping."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from moe_models import KVCache, MoEConfig, MoEForCausalLM
+from moe_models import MoEConfig, MoEForCausalLM
+from native_engine.decode import CachedModel, KVCache
 
 TOL = 1e-5
 CONFIG = MoEConfig.preset("tiny", vocab_size=53, num_hidden_layers=3, mlp_only_layers=(0,))
@@ -17,6 +19,7 @@ def _model(seed: int = 0) -> MoEForCausalLM:
 
 def test_prefill_then_decode_in_several_slots_matches_uncached_forward() -> None:
     model = _model()
+    cached = CachedModel(model)
     gen = torch.Generator().manual_seed(1)
     seqs = [torch.randint(0, 53, (n,), generator=gen) for n in (9, 14, 6, 11)]
     slots = [3, 0, 5, 1]
@@ -28,7 +31,7 @@ def test_prefill_then_decode_in_several_slots_matches_uncached_forward() -> None
         # prefill two slots together, the other two in a mixed call with nothing else
         for group in ([0, 1], [2, 3]):
             chunk = torch.cat([seqs[i][: prompt_lens[i]] for i in group])
-            logits, routed = model.forward_cached(
+            logits, routed = cached.forward(
                 chunk,
                 torch.tensor([slots[i] for i in group]),
                 [prompt_lens[i] for i in group],
@@ -45,7 +48,7 @@ def test_prefill_then_decode_in_several_slots_matches_uncached_forward() -> None
             # alive rows decode one token; a row short of its prompt would be a prefill chunk in a real engine
             alive = [i for i in range(4) if pos[i] < len(seqs[i])]
             tokens = torch.stack([seqs[i][pos[i]] for i in alive])
-            logits, routed = model.forward_cached(
+            logits, routed = cached.forward(
                 tokens, torch.tensor([slots[i] for i in alive]), [1] * len(alive), cache, capture_routing=True
             )
             for row, i in enumerate(alive):
@@ -64,14 +67,15 @@ def test_prefill_then_decode_in_several_slots_matches_uncached_forward() -> None
 
 def test_mixed_prefill_and_decode_in_one_call_matches_uncached_forward() -> None:
     model = _model(2)
+    cached = CachedModel(model)
     gen = torch.Generator().manual_seed(3)
     a, b, c = (torch.randint(0, 53, (n,), generator=gen) for n in (8, 6, 5))
     cache = KVCache(CONFIG, num_slots=3, max_len=16)
     with torch.inference_mode():
-        model.forward_cached(a[:7], torch.tensor([0]), [7], cache)
-        model.forward_cached(b[:2], torch.tensor([1]), [2], cache)
+        cached.forward(a[:7], torch.tensor([0]), [7], cache)
+        cached.forward(b[:2], torch.tensor([1]), [2], cache)
         # slot 0 decodes one token, slot 1 appends a 4-token chunk, slot 2 starts a 5-token prefill
-        logits, routed = model.forward_cached(
+        logits, routed = cached.forward(
             torch.cat([a[7:], b[2:], c]), torch.tensor([0, 1, 2]), [1, 4, 5], cache, capture_routing=True
         )
         for row, (seq, n) in enumerate(((a, 1), (b, 4), (c, 5))):
@@ -84,26 +88,28 @@ def test_mixed_prefill_and_decode_in_one_call_matches_uncached_forward() -> None
 
 def test_chunk_that_overflows_max_len_raises_and_changes_nothing() -> None:
     model = _model()
+    cached = CachedModel(model)
     cache = KVCache(CONFIG, num_slots=2, max_len=6)
     with torch.inference_mode():
-        model.forward_cached(torch.arange(5), torch.tensor([1]), [5], cache)
+        cached.forward(torch.arange(5), torch.tensor([1]), [5], cache)
         with pytest.raises(ValueError, match="max_len"):
-            model.forward_cached(torch.arange(3), torch.tensor([0, 1]), [1, 2], cache)
+            cached.forward(torch.arange(3), torch.tensor([0, 1]), [1, 2], cache)
     assert cache.lengths.tolist() == [0, 5]
 
 
 def test_reset_frees_the_slot_for_a_new_sequence() -> None:
     model = _model()
+    cached = CachedModel(model)
     cache = KVCache(CONFIG, num_slots=1, max_len=8)
     first = torch.tensor([5, 9, 2, 7, 1, 3])
     second = torch.tensor([4, 4, 8])
     with torch.inference_mode():
-        model.forward_cached(first, torch.tensor([0]), [6], cache)
+        cached.forward(first, torch.tensor([0]), [6], cache)
         with pytest.raises(ValueError):
-            model.forward_cached(second, torch.tensor([0]), [3], cache)
+            cached.forward(second, torch.tensor([0]), [3], cache)
         cache.reset(0)
         assert cache.length(0) == 0
-        logits, _ = model.forward_cached(second, torch.tensor([0]), [3], cache)
+        logits, _ = cached.forward(second, torch.tensor([0]), [3], cache)
         expected = model(second[None]).logits[0, -1]
     assert (logits[0] - expected).abs().max().item() <= TOL
     assert cache.length(0) == 3
@@ -121,19 +127,19 @@ def test_reset_frees_the_slot_for_a_new_sequence() -> None:
 def test_malformed_cached_call_raises(ids: torch.Tensor, slots: torch.Tensor, lens: list[int], match: str) -> None:
     cache = KVCache(CONFIG, num_slots=2, max_len=8)
     with torch.inference_mode(), pytest.raises(ValueError, match=match):
-        _model().forward_cached(ids, slots, lens, cache)
+        CachedModel(_model()).forward(ids, slots, lens, cache)
 
 
 def test_capture_routing_off_returns_none() -> None:
     cache = KVCache(CONFIG, num_slots=1, max_len=4)
     with torch.inference_mode():
-        _, routed = _model().forward_cached(torch.arange(2), torch.tensor([0]), [2], cache)
+        _, routed = CachedModel(_model()).forward(torch.arange(2), torch.tensor([0]), [2], cache)
     assert routed is None
 
 
-def test_forward_cached_records_no_gradients_even_with_grad_enabled() -> None:
-    model = MoEForCausalLM(CONFIG)
+def test_cached_forward_records_no_gradients_even_with_grad_enabled() -> None:
+    model = CachedModel(MoEForCausalLM(CONFIG))
     cache = KVCache(CONFIG, num_slots=1, max_len=4)
-    logits, _ = model.forward_cached(torch.arange(3), torch.tensor([0]), [3], cache)
+    logits, _ = model.forward(torch.arange(3), torch.tensor([0]), [3], cache)
     assert not logits.requires_grad
     assert not any(k.requires_grad for k in cache.keys)

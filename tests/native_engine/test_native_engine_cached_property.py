@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from moe_models import KVCache, MoEConfig, MoEForCausalLM
+from moe_models import MoEConfig, MoEForCausalLM
+from native_engine.decode import CachedModel, KVCache
 
 CONFIG = MoEConfig.preset("tiny", vocab_size=29, num_hidden_layers=2, num_key_value_heads=1)
 torch.manual_seed(0)
 MODEL = MoEForCausalLM(CONFIG).eval()
+CACHED = CachedModel(MODEL)
 MAX_LEN = 12
 
 
@@ -44,7 +46,7 @@ def test_any_chunk_schedule_matches_uncached_forward(case: tuple) -> None:
         for call in calls:
             order = sorted(call)
             chunks = [seqs[i][done[i] : done[i] + call[i]] for i in order]
-            logits, routed = MODEL.forward_cached(
+            logits, routed = CACHED.forward(
                 torch.tensor([t for c in chunks for t in c]),
                 torch.tensor([slots[i] for i in order]),
                 [call[i] for i in order],

@@ -1,4 +1,4 @@
-"""Index plan of one `forward_cached` call: where new tokens are written and which keys each query sees."""
+"""Index plan of one `CachedModel.forward` call: where new tokens are written and which keys each query sees."""
 
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
-"""Fused, contiguous copies of the weights the decode fast path reads, rebuilt whenever a parameter changes."""
+"""Fused, contiguous copies of the weights the decode step reads, rebuilt whenever a parameter of the model changes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
+from moe_models import MoEForCausalLM
+from moe_models.decoder_layer import DecoderLayer
 from moe_models.moe import DenseMLP, SparseMoeBlock
-
-if TYPE_CHECKING:
-    from moe_models.model import MoEForCausalLM
 
 # (the owning module's parameter dict, name, parameter, its version counter, its storage address) per parameter
 ParamStamp = tuple[dict[str, torch.nn.Parameter | None], str, torch.Tensor, int, int]
@@ -66,7 +63,7 @@ def _stamps(model: MoEForCausalLM) -> list[ParamStamp] | None:
     return stamps
 
 
-def _layer_weights(layer: torch.nn.Module) -> LayerWeights:
+def _layer_weights(layer: DecoderLayer) -> LayerWeights:
     attn = layer.self_attn
     qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], dim=0)
     qk_norm = torch.cat(

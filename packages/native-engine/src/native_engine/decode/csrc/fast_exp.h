@@ -3,8 +3,8 @@
  * Inputs are clamped to [-87, 88] (results of ~1.6e-38 .. 1.7e38 at the ends, never inf or a subnormal).
  * The kernels are built without -ffast-math on purpose: linking a shared library with it switches the whole
  * process to flush subnormals to zero (crtfastmath), which changes everyone's numerics. */
-#ifndef MOE_MODELS_FAST_EXP_H
-#define MOE_MODELS_FAST_EXP_H
+#ifndef NATIVE_ENGINE_FAST_EXP_H
+#define NATIVE_ENGINE_FAST_EXP_H
 
 #include <math.h>
 #include <stdint.h>

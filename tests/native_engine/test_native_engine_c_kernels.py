@@ -1,5 +1,5 @@
-"""The C-kernel builder (`moe_models.c_kernels`): which dtypes the kernels serve, and a clear error without a
-compiler."""
+"""The C-kernel builder (`native_engine.decode.c_kernels`): which dtypes the kernels serve, a clear error without a
+compiler, and the sources found in the installed package."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from moe_models import c_kernels
+from native_engine.decode import c_kernels
 
 
 def test_kernels_serve_only_fp32_on_the_cpu() -> None:
@@ -20,7 +20,7 @@ def test_kernels_serve_only_fp32_on_the_cpu() -> None:
 
 def test_a_missing_compiler_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CC", "no-such-compiler-here")
-    monkeypatch.setenv("MOE_MODELS_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setenv("NATIVE_ENGINE_KERNEL_DIR", str(tmp_path))
     c_kernels.library.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="C compiler not found: got CC='no-such-compiler-here'"):
@@ -30,7 +30,7 @@ def test_a_missing_compiler_is_named_in_the_error(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_failing_build_shows_the_command_and_its_output(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("MOE_MODELS_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setenv("NATIVE_ENGINE_KERNEL_DIR", str(tmp_path))
     c_kernels.library.cache_clear()
     try:
         with pytest.raises(RuntimeError, match=r"(?s)decode_attention\.c: `.*-DHEAD_DIM=32.*` failed:.*GROUP"):
@@ -47,3 +47,9 @@ def test_loading_the_kernels_keeps_subnormal_floats_in_this_process() -> None:
     tiny = np.float32(1e-39)  # subnormal: flush-to-zero (what -ffast-math links in) would make it 0
     assert tiny * np.float32(1.0) != 0
     assert (torch.tensor([1e-39]) * 1.0).item() != 0
+
+
+def test_the_kernel_sources_ship_inside_the_decode_package() -> None:
+    sources = c_kernels._sources()
+    assert sorted(sources) == ["decode_attention.c", "fast_exp.h", "moe_experts.c", "work_pool.h"]
+    assert all("#include" in text for name, text in sources.items() if name.endswith(".c"))

@@ -1,13 +1,14 @@
 /* One decode token's attention for a batch of rows over a slot KV cache (fp32), rows split over `threads`.
  *
- * Compiled at run time by moe_models.c_kernels with HEAD_DIM and GROUP (query heads per KV head) fixed, so the
- * compiler unrolls and vectorises the head-dimension loops (-fassociative-math lets it vectorise the dot products'
- * sums; exp is fast_exp.h's). Rows are split over threads (work_pool.h): one core streams each row's keys and
+ * Compiled at run time by native_engine.decode.c_kernels with HEAD_DIM and GROUP (query heads per KV head) fixed,
+ * so the compiler unrolls and vectorises the head-dimension loops (-fassociative-math lets it vectorise the dot
+ * products' sums; exp is fast_exp.h's). Rows are split over threads (work_pool.h): one core streams each row's keys and
  * values at about half the memory bandwidth (too few misses in flight), so two threads nearly double it. Every row
  * reads only its own filled positions, so no -inf masking is needed.
  *
  * Row r of the batch attends over the `lens[r]` cached positions of slot `slots[r]` plus its own new key/value
- * (k_new/v_new, not yet in the cache), with the softmax split the same way as moe_models.decode_graph._attend.
+ * (k_new/v_new, not yet in the cache), with the softmax split the same way as
+ * native_engine.decode.decode_graph._attend.
  * Layouts (contiguous): q [S, KVH * GROUP, HEAD_DIM] (rotated, unscaled); k_new, v_new [S, KVH, HEAD_DIM];
  * key_cache, value_cache [num_slots, KVH, max_len, HEAD_DIM]; out [S, KVH * GROUP, HEAD_DIM].
  * Returns 0, or r + 1 for the first row r whose slot is outside [0, num_slots) or whose length is outside

@@ -1,5 +1,5 @@
-"""The C routed-experts kernel (`moe_models.expert_kernel`) computes what `decode_step.routed_experts` does, for
-any routing and thread count, and refuses bad input."""
+"""The C routed-experts kernel (`native_engine.decode.expert_kernel`) computes what `decode_step.routed_experts`
+does, for any routing and thread count, and refuses bad input."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from moe_models import expert_kernel
-from moe_models.decode_step import routed_experts
+from native_engine.decode import expert_kernel
+from native_engine.decode.decode_step import routed_experts
 
 TOL = 1e-5
 

@@ -8,8 +8,8 @@
  * waits at the end only for helpers that joined the job (each finishing the item it holds).
  * Fork-safe in the sense that a child process has no helpers and runs every item itself.
  */
-#ifndef MOE_MODELS_WORK_POOL_H
-#define MOE_MODELS_WORK_POOL_H
+#ifndef NATIVE_ENGINE_WORK_POOL_H
+#define NATIVE_ENGINE_WORK_POOL_H
 
 #include <pthread.h>
 #include <sched.h>

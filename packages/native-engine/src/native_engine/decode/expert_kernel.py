@@ -1,5 +1,5 @@
 """A C kernel for one MoE layer's routed experts in a decode step (`csrc/moe_experts.c`, built by `c_kernels`),
-as the custom op `torch.ops.moe_models.moe_experts` that the compiled decode graph calls per MoE layer (fp32 only,
+as the custom op `torch.ops.native_engine.moe_experts` that the compiled decode graph calls per MoE layer (fp32 only,
 see `c_kernels.supports`; the graph uses `decode_step.routed_experts`' grouped matmuls otherwise).
 
 Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between (~185 us per layer for
@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 
-from moe_models.c_kernels import check_tensors, check_threads, define_op, function, ptr
+from native_engine.decode.c_kernels import check_tensors, check_threads, define_op, function, ptr
 
 _OP = "moe_experts"
 _ARGS = [ptr] * 6 + [ctypes.c_int64] * 3 + [ptr, ctypes.c_int64]
@@ -32,7 +32,7 @@ def moe_experts(
     weights, gate_up [E, hidden, 2I] (gate columns first), down [E, I, hidden].
     Returns h + sum_k weights[:, k] * (silu(x @ gate) * (x @ up)) @ down of expert ids[:, k]: [S, hidden], experts
     split over `threads` threads (>= 1).
-    Also the CPU implementation of the op `torch.ops.moe_models.moe_experts`, which the compiled graph calls."""
+    Also the CPU implementation of the op `torch.ops.native_engine.moe_experts`, which the compiled graph calls."""
     f32 = torch.float32
     check_tensors(_OP, (("x", x, f32, 2), ("h", h, f32, 2), ("ids", ids, torch.int64, 2), ("weights", weights, f32, 2),
                         ("gate_up", gate_up, f32, 3), ("down", down, f32, 3)))  # fmt: skip

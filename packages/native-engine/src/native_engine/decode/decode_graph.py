@@ -7,8 +7,8 @@ inductor rather than for eager dispatch:
   (positions < its length) and the token's own key;
 - weights are inputs, not module attributes, so one compiled graph serves every model of the same shapes, and
   weight updates (in place or new tensors) never recompile it;
-- with fp32 weights and cache, attention and the routed experts are C kernels (`moe_models.attention_kernel`,
-  `moe_models.expert_kernel`: custom ops that inductor calls as they are) run on `GraphDims.kernel_threads`
+- with fp32 weights and cache, attention and the routed experts are C kernels (`attention_kernel`,
+  `expert_kernel`: custom ops that inductor calls as they are) run on `GraphDims.kernel_threads`
   threads. Otherwise the experts are `decode_step.routed_experts` and attention is broadcast multiply + sum,
   not bmm: inductor fuses the gather of each row's slot, q.k, the per-row mask, the softmax and p.v into loops
   reading each cached K and V row once (slow in eager: use `decode_step` there; ~2.5x slower than the kernel on
@@ -23,21 +23,19 @@ from __future__ import annotations
 import threading
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-
-from moe_models import attention_kernel, c_kernels, expert_kernel  # noqa: F401 (the ops register on import)
-from moe_models.decode_step import check_room, routed_experts
-from moe_models.kv_cache import KVCache
+from moe_models import MoEForCausalLM
 from moe_models.moe import SparseMoeBlock
 from moe_models.norm import rms_norm
 from moe_models.rope import apply_rotary, rotary_tables
 
-if TYPE_CHECKING:
-    from moe_models.decode_weights import LayerWeights
-    from moe_models.model import MoEForCausalLM
+from native_engine.decode import attention_kernel, c_kernels, expert_kernel  # noqa: F401 (the ops register on import)
+from native_engine.decode.decode_step import check_room, routed_experts
+from native_engine.decode.decode_weights import LayerWeights
+from native_engine.decode.kv_cache import KVCache
 
 
 class GraphDims(NamedTuple):
@@ -83,7 +81,7 @@ def _attend(
     """q [S, H, D] rotated, k/v [S, KVH, D] the new token's own; caches [slots, KVH, max_len, D], read at keys
     0 .. L-1 (key_index [L]) of each row's slot and masked at keys >= its position. Returns [S, H * D]."""
     if dims.kernel_threads:
-        return torch.ops.moe_models.decode_attention(
+        return torch.ops.native_engine.decode_attention(
             q.contiguous(), k.contiguous(), v.contiguous(), key_cache, value_cache, slot_ids, positions, dims.scaling,
             dims.kernel_threads,
         )  # fmt: skip
@@ -109,7 +107,7 @@ def _experts(dims: GraphDims, x: torch.Tensor, h: torch.Tensor, w: GraphLayer) -
     top, ids = torch.topk(probs, dims.top_k, dim=-1)
     if dims.norm_topk_prob:
         top = top / top.sum(dim=-1, keepdim=True)
-    out = torch.ops.moe_models.moe_experts(
+    out = torch.ops.native_engine.moe_experts(
         x.contiguous(), h.contiguous(), ids, top, w.gate_up, w.down, dims.kernel_threads
     )
     return out, ids
@@ -216,6 +214,7 @@ def graph_dims(model: MoEForCausalLM) -> GraphDims:
 def compiled_decode_forward(
     model: MoEForCausalLM,
     layers: list[GraphLayer],
+    kernel_threads: int,
     input_ids: torch.Tensor,
     slot_ids: torch.Tensor,
     slots: list[int],
@@ -224,7 +223,8 @@ def compiled_decode_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`decode_step.decode_forward` through the compiled graph (layers: `graph_layers`): input_ids, slot_ids [S]
     -> (logits [S, V] float32, expert ids [S, L_moe, K] or None); appends the tokens' K/V and advances the slots'
-    lengths. Raises ValueError, changing nothing, when a slot is full."""
+    lengths. The C kernels (fp32 weights and cache only) run on `kernel_threads` threads. Raises ValueError,
+    changing nothing, when a slot is full."""
     positions = cache.lengths.index_select(0, slot_ids)  # [S]
     longest = int(positions.max())
     check_room(slots, positions, longest, cache.max_len)
@@ -235,7 +235,7 @@ def compiled_decode_forward(
         torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: ~20% faster kernels)
     inner = model.model
     fused = c_kernels.supports(inner.embed_tokens.weight.dtype, cache.dtype, cache.device)
-    dims = graph_dims(model)._replace(kernel_threads=model._kernel_threads if fused else 0)
+    dims = graph_dims(model)._replace(kernel_threads=kernel_threads if fused else 0)
     shapes = model.config.replace(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # what the graph reads
     key = (shapes, cache.max_len, cache.dtype, inner.embed_tokens.weight.dtype)
     logits, new_keys, new_values, ids = _compiled_graph(key)(

@@ -1,10 +1,11 @@
-"""Builds and loads the C kernels in `csrc/` (decode attention, routed experts) at first use.
+"""Builds and loads the C kernels in `native_engine/decode/csrc/` (decode attention, routed experts) at first use.
 
 Each kernel is compiled with the system C compiler (`$CC`, else `cc`; torch.compile's CPU backend needs one too)
 with `-O3 -march=native` and reassociation (`FLAGS`) and its shape constants as `-D` defines, into a per-user cache
-directory (`$MOE_MODELS_KERNEL_DIR`, else `<tmp>/moe_models_<uid>`) under a name hashed from the source, the
-compiler and the flags, so a changed source or shape builds anew and concurrent builders agree. A missing
-compiler or a failed build raises with what was run and what it printed.
+directory (`$NATIVE_ENGINE_KERNEL_DIR`, else `<tmp>/native_engine_kernels_<uid>`) under a name hashed from the
+source, the compiler and the flags, so a changed source or shape builds anew and concurrent builders agree. A
+missing compiler or a failed build raises with what was run and what it printed. The sources ship inside the
+package (`importlib.resources`), so an installed wheel finds them as a source checkout does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ FLAGS = (
 )  # fmt: skip
 _BUILD_LOCK = threading.Lock()
 _FUNCTIONS: dict[tuple, Callable] = {}
-_LIBRARY = torch.library.Library("moe_models", "DEF")  # the kernels' custom ops
+_LIBRARY = torch.library.Library("native_engine", "DEF")  # the kernels' custom ops: torch.ops.native_engine.*
 ptr = ctypes.c_void_p
 
 
@@ -40,7 +41,9 @@ def supports(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device)
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("MOE_MODELS_KERNEL_DIR") or os.path.join(tempfile.gettempdir(), f"moe_models_{os.getuid()}")
+    root = os.environ.get("NATIVE_ENGINE_KERNEL_DIR") or os.path.join(
+        tempfile.gettempdir(), f"native_engine_kernels_{os.getuid()}"
+    )
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -48,7 +51,7 @@ def _cache_dir() -> Path:
 
 def _sources() -> dict[str, str]:
     """Every file of `csrc/` by name (a kernel's source and the headers it includes)."""
-    folder = resources.files("moe_models").joinpath("csrc")
+    folder = resources.files("native_engine.decode").joinpath("csrc")
     return {
         f.name: f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith((".c", ".h"))
     }
@@ -102,12 +105,12 @@ def function(source_name: str, defines: tuple[tuple[str, int], ...], symbol: str
 
 
 def define_op(schema: str, impl: Callable, fake: Callable) -> None:
-    """Registers `moe_models::<schema>` with a CPU implementation and a fake one for tracing. A plain
+    """Registers `native_engine::<schema>` with a CPU implementation and a fake one for tracing. A plain
     `torch.library.Library` registration: its dispatch costs ~2 us a call where `torch.library.custom_op` costs ~8."""
     name = schema.split("(", 1)[0]
     _LIBRARY.define(schema)
     _LIBRARY.impl(name, impl, "CPU")
-    torch.library.register_fake(f"moe_models::{name}", fake, lib=_LIBRARY)
+    torch.library.register_fake(f"native_engine::{name}", fake, lib=_LIBRARY)
 
 
 def check_tensors(op: str, specs: tuple[tuple[str, torch.Tensor, torch.dtype, int], ...]) -> None:

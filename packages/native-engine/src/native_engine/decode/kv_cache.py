@@ -1,10 +1,9 @@
-"""Slot-based, preallocated key/value cache for `MoEForCausalLM.forward_cached`."""
+"""Slot-based, preallocated key/value cache that `CachedModel.forward` appends to and attends over."""
 
 from __future__ import annotations
 
 import torch
-
-from moe_models.config import MoEConfig
+from moe_models import MoEConfig
 
 
 class KVCache:

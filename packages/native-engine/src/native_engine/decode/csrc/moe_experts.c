@@ -1,12 +1,13 @@
 /* The routed experts of one MoE layer for a decode batch (fp32): out = h + sum_k w[s,k] * FFN_{ids[s,k]}(x[s]),
  * FFN_e(x) = (silu(x @ G_e) * (x @ U_e)) @ D_e, with experts split over `threads` threads (work_pool.h).
  *
- * Compiled at run time by moe_models.c_kernels with HIDDEN and INTER (the expert's intermediate size) fixed, so
- * the matmul loops below unroll into register tiles (ROWS rows x TILE columns of accumulators) that the compiler
- * vectorises (silu's exp is fast_exp.h's).
+ * Compiled at run time by native_engine.decode.c_kernels with HIDDEN and INTER (the expert's intermediate size)
+ * fixed, so the matmul loops below unroll into register tiles (ROWS rows x TILE columns of accumulators) that the
+ * compiler vectorises (silu's exp is fast_exp.h's).
  * Layouts (contiguous): x, h, out [S, HIDDEN]; ids [S, K] int64 in [0, E); weights [S, K] fp32;
  * gate_up [E, HIDDEN, 2 * INTER] (gate columns first); down [E, INTER, HIDDEN].
- * Each row's K contributions are added in ascending expert order (as moe_models.decode_step.routed_experts does).
+ * Each row's K contributions are added in ascending expert order (as
+ * native_engine.decode.decode_step.routed_experts does).
  * Returns 0, r + 1 for the first row r with an expert id outside [0, E) (nothing computed), or -1 when scratch
  * memory cannot be allocated.
  */
