@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 
 TINY = [
     *TASK,
-    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine_slots", "16",
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
     "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
     "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "10",
 ]  # fmt: skip

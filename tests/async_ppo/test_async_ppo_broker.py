@@ -15,9 +15,9 @@ import pytest
 from async_ppo.broker import Broker
 from async_ppo.group import FinishedGroup
 from async_ppo.ledger import LedgerCounters, LedgerState
+from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory
-from sync_ppo.rollout import GenRequest, SampleStatus, ScoredSample
 
 SETTLE_S = 0.05
 DEADLINE_S = 2.0

@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
-from async_ppo.group import GroupSpec, group_requests
 from async_ppo.ledger import PromptTicket
 from async_ppo.staleness import staleness_metrics
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rl_tasks.toy_task import build_splits
+from recipes.config import SortTaskConfig
+from recipes.prompts import sample_seed, step_prompts
+from recipes.requests import GroupSpec, group_requests, step_requests
 from rollout_core import NOT_SAMPLED, SamplingParams, Trajectory
-from sync_ppo.config import TaskConfig
-from sync_ppo.prompts import sample_seed, step_prompts
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "async_ppo"
 
@@ -43,8 +42,8 @@ def test_default_run_dir_is_timestamped_under_runs_async_ppo() -> None:
         (["--pipeline.sync_every", "3", "--pipeline.max_staleness", "1"], "sync_every 3 > max_staleness"),
         (["--pipeline.pause_mode", "wait"], "pause_mode"),
         (["--ray.num_rollouters", "0"], "num_rollouters >= 1"),
-        (["--algorithm.policy_loss", "decoupled"], "needs old_log_probs = recompute"),
-        (["--rollout.engine", "sglang"], "engine"),
+        (["--algorithm.kind", "decoupled", "--algorithm.old_log_probs", "rollout"], "not a key of algorithm.kind"),
+        (["--rollout.engine", "tgi"], "rollout.engine.kind: expected one of"),
     ],
 )
 def test_bad_settings_are_rejected_with_got_and_expected(tmp_path: Path, flags: list[str], match: str) -> None:
@@ -81,10 +80,10 @@ def test_staleness_skips_unsampled_tokens_and_rejects_versions_from_the_future()
 
 
 def test_a_prompt_ticket_expands_to_exactly_the_requests_sync_ppo_makes_for_its_slot() -> None:
-    task = TaskConfig(train_size=50, val_size=4)
-    train = build_splits(task).train
+    train = SortTaskConfig(train_size=50, val_size=4).build().splits.train
     spec = GroupSpec(prompts_per_step=4, samples_per_prompt=3, temperature=0.7, max_new_tokens=9, seed=5)
-    requests = group_requests(PromptTicket(index=9), train, spec)  # slot: step 3, position 1
+    requests = group_requests(train, spec, *PromptTicket(index=9).slot(4))  # slot: step 3, position 1
+    assert requests == step_requests(train, spec, 3)[3:6]
     assert [r.request_id for r in requests] == ["s3-p1-r0", "s3-p1-r1", "s3-p1-r2"]
     assert {r.group_id for r in requests} == {"s3-p1"}
     assert all(r.example == step_prompts(train, 3, 4, 5)[1] for r in requests)
@@ -96,9 +95,11 @@ def test_a_prompt_ticket_expands_to_exactly_the_requests_sync_ppo_makes_for_its_
 def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    from async_ppo.setup import prepare
+    from async_ppo.setup import rollouter_specs
+    from recipes.setup import prepare_run
 
-    flags = ("--rollout.compile_decode", "true", "--ray.num_rollouters", "2")
-    specs = prepare(tiny_config(tmp_path / "run", *flags)).rollouter_specs()
-    assert [s.engine.compile_decode for s in specs] == [True, True]
-    assert not prepare(tiny_config(tmp_path / "default")).rollouter_specs()[0].engine.compile_decode
+    flags = ("--rollout.engine.compile_decode", "true", "--ray.num_rollouters", "2")
+    specs = rollouter_specs(prepare_run(tiny_config(tmp_path / "run", *flags)))
+    assert [s.rollout.engine.compile_decode for s in specs] == [True, True]
+    assert [s.site.index for s in specs] == [0, 1]
+    assert not rollouter_specs(prepare_run(tiny_config(tmp_path / "default")))[0].rollout.engine.compile_decode

@@ -27,12 +27,12 @@ import pytest
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from async_ppo.rollout_engine import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine, build_rollout_engine
-from async_ppo.setup import prepare
+from async_ppo.setup import rollouter_specs
 from engine_adapters.vllm import default_python
-from moe_models import load_pretrained, state_dict_numpy
+from moe_models import load_pretrained
+from recipes.engines.vllm import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
+from recipes.setup import prepare_run
 from rl_tasks.greedy_eval import encode_prompt
-from rl_tasks.toy_task import build_splits
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus, generate_with_resume
 from run_logging import read_metrics
 from trainers.dumps import DumpRecord, read_dump
@@ -66,7 +66,7 @@ TINY = [
     "--task.train_size", "400", "--task.val_size", "12",
     "--warmup.steps", "8", "--warmup.examples_per_step", "16",
     "--rollout.engine", "vllm", "--rollout.prompts_per_step", str(PROMPTS),
-    "--rollout.samples_per_prompt", str(SAMPLES), "--rollout.engine_slots", "64",
+    "--rollout.samples_per_prompt", str(SAMPLES), "--rollout.engine.slots", "64",
     "--validation.every_steps", "100", "--validation.max_prompts", "8",
     "--pipeline.max_staleness", str(MAX_STALENESS),
     "--run.steps", str(STEPS), "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "0",
@@ -162,8 +162,8 @@ ENGINE_PROMPTS = 64  # = engine_slots: all run at once; some are still generatin
 
 async def _generate_across_an_abort_push(engine: VLLMRolloutEngine, prompts: list[list[int]]) -> list[Trajectory]:
     """Starts every prompt, pushes version 1 with pause `abort` as soon as one request has a token."""
-    base = load_pretrained(engine.spec.checkpoint_dir)
-    state = {k: v * np.float32(1.01) for k, v in state_dict_numpy(base).items()}  # any weights other than v0
+    base = load_pretrained(engine.site.checkpoint_dir)
+    state = {k: v.detach() * 1.01 for k, v in base.state_dict().items()}  # any weights other than v0
     params = [SamplingParams(max_new_tokens=ENGINE_MAX_LEN - len(p), seed=i) for i, p in enumerate(prompts)]
     tasks = [asyncio.create_task(generate_with_resume(engine.engine, f"r{i}", p, params[i]))
              for i, p in enumerate(prompts)]  # fmt: skip
@@ -194,13 +194,14 @@ def test_vllm_rollout_engine_push_with_abort_resumes_responses_with_versions_and
     """The rollouter's engine alone (no Ray): launch, a push that aborts the in-flight responses, resume, close."""
     cfg = _config(tmp_path / "run", warmup_cache, "abort")
     shutil.rmtree(cfg.ray.temp_dir)  # no Ray here
-    setup = prepare(cfg)
-    spec = replace(setup.rollouter_specs()[0].engine, max_len=ENGINE_MAX_LEN)
-    examples = build_splits(setup.cfg.task).train[:ENGINE_PROMPTS]
+    setup = prepare_run(cfg)
+    spec = rollouter_specs(setup)[0]
+    site = replace(spec.site, max_len=ENGINE_MAX_LEN)
+    examples = setup.task.splits.train[:ENGINE_PROMPTS]
     prompts = [encode_prompt(setup.tokenizer, ex.prompt) for ex in examples]
 
     async def scenario() -> tuple[list[Trajectory], int]:
-        engine = await build_rollout_engine(spec)
+        engine = await spec.rollout.engine.build(site)
         assert isinstance(engine, VLLMRolloutEngine)
         try:
             trajectories = await _generate_across_an_abort_push(engine, prompts)
@@ -210,7 +211,7 @@ def test_vllm_rollout_engine_push_with_abort_resumes_responses_with_versions_and
 
     trajectories, served = asyncio.run(scenario())
     assert served == 1
-    work = Path(spec.work_dir)
+    work = Path(site.work_dir)
     assert sorted(p.name for p in work.iterdir()) == [VLLM_LOG_NAME]  # the pushed folder was removed
     for t, p in zip(trajectories, prompts, strict=True):
         assert t.status is TrajectoryStatus.OK and t.stop_reason in (StopReason.STOP, StopReason.LENGTH)

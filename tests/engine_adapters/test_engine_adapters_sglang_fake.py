@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_adapters.sglang import ModelShape, SGLangEngine, SGLangServerError
-from engine_adapters_fake_sglang import FakeSGLangServer
+from engine_adapters.testing.fake_sglang import FakeSGLangServer
 from rollout_core import SamplingParams, StopReason, generate_with_resume
 from rollout_core.testing import engine_contract
 from routing_state import RoutingSpec

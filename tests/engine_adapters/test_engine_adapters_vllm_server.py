@@ -191,5 +191,5 @@ def test_resume_across_abort_update_keeps_rows_of_the_aborted_call(served: Serve
     assert set(traj.token_versions) == {v0, v0 + 1}
     assert traj.stop_reason in (StopReason.STOP, StopReason.LENGTH)
     assert traj.token_versions == sorted(traj.token_versions)
-    if served.routing == "extension":  # vLLM's native capture returns no rows for aborted calls (REFERENCE 3.5)
+    if served.routing == "extension":  # vLLM's native capture returns no rows for aborted calls
         _assert_rows_follow_tokens(traj, len(prompt))

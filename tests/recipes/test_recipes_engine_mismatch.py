@@ -8,10 +8,11 @@ import asyncio
 import torch
 from native_engine import NativeEngine
 from native_engine.testing import tiny_model
+from recipes.weight_sync import LocalWeightSync
 from rollout_core import SamplingParams, generate_with_resume
-from sync_ppo.trainer import push_weights
-from trainers import TrainBatch, TrainSample, collate, grpo_advantages
-from trainers.backend import TorchBackend, TorchBackendConfig
+from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
+from trainers.algorithm import PPOConfig
+from trainers.backend import OptimConfig, TorchBackend
 
 PAD = 0
 
@@ -37,6 +38,20 @@ def engine_batch(engine: NativeEngine, seed: int) -> TrainBatch:
     return collate(asyncio.run(run()), PAD)
 
 
+def score(backend: TorchBackend, batch: TrainBatch, *, replay: bool) -> torch.Tensor:
+    (lp,) = backend.log_probs([batch], replay=replay)
+    return lp
+
+
+async def push_weights(engine: NativeEngine, backend: TorchBackend) -> None:
+    """The sync app's push: publish through a LocalWeightSync, pause, load, resume."""
+    sync = LocalWeightSync()
+    handle = sync.publish(*backend.export_weights())
+    await engine.pause("abort")
+    await engine.update_weights(sync.fetch(handle), handle.version)
+    await engine.resume()
+
+
 def mean_abs(lp: torch.Tensor, batch: TrainBatch) -> float:
     return float(((lp - batch.rollout_log_probs).abs() * batch.response_mask).sum() / batch.response_mask.sum())
 
@@ -44,10 +59,10 @@ def mean_abs(lp: torch.Tensor, batch: TrainBatch) -> float:
 def test_replay_matches_the_native_engine_to_fp32_noise_and_never_does_worse() -> None:
     torch.set_num_threads(1)
     engine = NativeEngine(tiny_model(0), max_slots=16, max_len=64)
-    backend = TorchBackend(tiny_model(0).train(), TorchBackendConfig())
+    backend = TorchBackend(tiny_model(0).train(), device="cpu")
     batch = engine_batch(engine, seed=1)
-    with_replay = mean_abs(backend.log_probs(batch, replay=True), batch)
-    without = mean_abs(backend.log_probs(batch, replay=False), batch)
+    with_replay = mean_abs(score(backend, batch, replay=True), batch)
+    without = mean_abs(score(backend, batch, replay=False), batch)
     assert with_replay < 2e-6  # fp32, identical weights: rounding only
     assert with_replay <= without + 1e-7
 
@@ -60,21 +75,19 @@ def test_replay_beats_fresh_routing_when_trainer_routers_drift() -> None:
         for name, p in model.named_parameters():
             if name.endswith("mlp.gate.weight"):
                 p.add_(torch.randn_like(p) * 0.5)
-    backend = TorchBackend(model, TorchBackendConfig())
+    backend = TorchBackend(model, device="cpu")
     batch = engine_batch(engine, seed=2)
-    assert mean_abs(backend.log_probs(batch, replay=True), batch) < mean_abs(
-        backend.log_probs(batch, replay=False), batch
-    )
+    assert mean_abs(score(backend, batch, replay=True), batch) < mean_abs(score(backend, batch, replay=False), batch)
 
 
 def test_weight_push_keeps_engine_and_trainer_in_lockstep() -> None:
     torch.set_num_threads(1)
     engine = NativeEngine(tiny_model(0), max_slots=16, max_len=64)
-    backend = TorchBackend(tiny_model(0).train(), TorchBackendConfig(lr=1e-2))
+    backend = TorchBackend(tiny_model(0).train(), OptimConfig(lr=1e-2), device="cpu")
     batch = engine_batch(engine, seed=3)
-    backend.train_step(batch, grpo_advantages(batch.rewards, batch.group_ids))
+    train_step(backend, PPOConfig().build(max_new_tokens=8), batch, TrainLoopConfig())
     asyncio.run(push_weights(engine, backend))
     assert engine.weight_version == backend.version == 1
     after = engine_batch(engine, seed=4)
     assert (after.token_versions[after.response_mask.bool()] == 1).all()
-    assert mean_abs(backend.log_probs(after, replay=True), after) < 2e-6
+    assert mean_abs(score(backend, after, replay=True), after) < 2e-6

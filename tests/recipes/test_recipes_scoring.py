@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from moe_models import build_char_tokenizer
+from recipes.dumps import dump_record
+from recipes.rollout import score_all
+from recipes.samples import GenRequest, SampleStatus
+from recipes.step_batch import build_step_batch
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardResult
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus
-from sync_ppo.dump_records import dump_record
-from sync_ppo.rollout import GenRequest, SampleStatus, score_all
-from sync_ppo.step_batch import build_step_batch
-from trainers import PADDING_DATA_SOURCE
+from trainers import PADDING_DATA_SOURCE, token_advantages
 
 TOK = build_char_tokenizer("0123456789+=")
 
@@ -46,16 +47,17 @@ def test_reward_errors_and_failed_trajectories_are_excluded_not_zeroed() -> None
     ]
     with pytest.raises(ValueError, match="expected status ok"):
         _ = scored[1].reward
-    sb = build_step_batch(scored, multiple=4, pad_token_id=TOK.pad_id, advantage="grpo")
+    sb = build_step_batch(scored, multiple=4, pad_token_id=TOK.pad_id)
     assert [s.uid for s in sb.samples[:2]] == ["s1-p0-r0", "s1-p0-r2"]
     assert sb.num_padding == 2 and all(s.data_source == PADDING_DATA_SOURCE for s in sb.samples[2:])
-    assert sb.advantages[2:].abs().sum() == 0
-    assert sb.advantages[0] > 0 > sb.advantages[1]
-    record = dump_record(scored[1], step=1, uid="x")
+    advantages = token_advantages("grpo", sb.batch).per_sample
+    assert advantages[2:].abs().sum() == 0
+    assert advantages[0] > 0 > advantages[1]
+    record = dump_record(scored[1], step=1)
     assert record.status == TrajectoryStatus.ERROR and record.reward is None and record.acc is None
 
 
 def test_a_step_without_any_ok_sample_raises_with_the_counts() -> None:
     scored = _case(["9"], [TrajectoryStatus.OK])
     with pytest.raises(ValueError, match="reward_error"):
-        build_step_batch(scored, multiple=1, pad_token_id=TOK.pad_id, advantage="grpo")
+        build_step_batch(scored, multiple=1, pad_token_id=TOK.pad_id)

@@ -1,16 +1,18 @@
-"""Greedy decoding and accuracy with a scripted model whose next token is known exactly."""
+"""Greedy decoding, the tool loop and accuracy with scripted models whose next token is known exactly."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 from moe_models import build_char_tokenizer
+from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import evaluate_greedy, greedy_decode
+from rl_tasks.greedy_eval import evaluate_greedy, greedy_decode, greedy_episodes
 from rl_tasks.reward import RewardResult
+from rl_tasks.warmup import encode_demonstration
 
 TOK = build_char_tokenizer("0123456789")
 
@@ -75,3 +77,84 @@ def test_reward_errors_are_counted_and_excluded_not_scored_zero() -> None:
     assert (res.num_errors, res.accuracy) == (1, 1.0)
     with pytest.raises(ValueError, match=r"every reward call failed.*cannot score"):
         evaluate_greedy(CountDown(), TOK, examples[1:], picky, max_new_tokens=4)
+
+
+@dataclass
+class _ScriptedTool:
+    """Answers the first `calls` turns with `text`, then ends; records what it was asked."""
+
+    max_turns: int
+    text: str
+    calls: int
+    seen: list[tuple[str, str]] = field(default_factory=list)
+
+    def observation(self, example: TaskExample, turn_text: str) -> str | None:
+        self.seen.append((example.uid, turn_text))
+        return self.text if len(self.seen) <= self.calls else None
+
+
+class _Recording(CountDown):
+    def __init__(self) -> None:
+        super().__init__()
+        self.contexts: list[list[int]] = []
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> _Out:
+        self.contexts += input_ids.tolist()
+        return super().forward(input_ids, attention_mask)
+
+
+def test_tool_loop_appends_eos_and_observation_then_decodes_the_next_turn() -> None:
+    model, tool = _Recording(), _ScriptedTool(max_turns=4, text="3", calls=1)
+    (episode,) = greedy_episodes(model, TOK, [TaskExample("a", "s", "2", "")], tool, max_new_tokens=6)
+    assert tool.seen == [("a", "10"), ("a", "210")]  # EOS never reaches the tool
+    assert (episode.text, episode.model_tokens, episode.num_turns) == ("10" + "3" + "210", 2 + 3, 2)
+    turn_two = [TOK.bos_id, *TOK.encode("210"), TOK.eos_id, *TOK.encode("3")]
+    assert turn_two in model.contexts  # the second turn starts from prompt + turn + EOS + observation
+
+
+def test_tool_loop_stops_at_max_turns_without_asking_for_a_last_observation() -> None:
+    tool = _ScriptedTool(max_turns=3, text="1", calls=99)
+    (episode,) = greedy_episodes(CountDown(), TOK, [TaskExample("a", "s", "1", "")], tool, max_new_tokens=4)
+    assert (episode.text, episode.num_turns) == ("0" + "1" + "0" + "1" + "0", 3)
+    assert len(tool.seen) == 2
+
+
+def test_a_turn_cut_by_the_budget_is_observed_without_eos() -> None:
+    model, tool = _Recording(), _ScriptedTool(max_turns=2, text="2", calls=1)
+    (episode,) = greedy_episodes(model, TOK, [TaskExample("a", "s", "9", "")], tool, max_new_tokens=3)
+    assert tool.seen == [("a", "876")] and episode.text == "876" + "2" + "10"
+    assert [TOK.bos_id, *TOK.encode("98762")] in model.contexts
+
+
+class _Oracle(torch.nn.Module):
+    """Predicts, for every context it was built from, the next token of that training sequence (EOS after
+    anything else): a perfect student of the demonstrations."""
+
+    def __init__(self, rows: list[list[int]], vocab_size: int, eos_id: int) -> None:
+        super().__init__()
+        self.next = {tuple(row[:t]): row[t] for row in rows for t in range(1, len(row))}
+        self.vocab_size, self.eos_id = vocab_size, eos_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> _Out:
+        nxt = torch.tensor([self.next.get(tuple(row), self.eos_id) for row in input_ids.tolist()])
+        logits = torch.nn.functional.one_hot(nxt, self.vocab_size).float()[:, None, :]
+        return _Out(logits.expand(input_ids.shape[0], input_ids.shape[1], self.vocab_size))
+
+
+def test_greedy_tool_episodes_follow_the_layout_the_warmup_trains_on() -> None:
+    task = CalculatorTaskConfig(min_terms=2, max_terms=4, max_digits=3, train_size=20, val_size=30).build()
+    assert task.tool is not None
+    tok = build_char_tokenizer(task.alphabet)
+    val = task.splits.validation
+    rows = [encode_demonstration(tok, ex, task.demonstration(ex))[0] for ex in val]
+    oracle = _Oracle(rows, tok.vocab_size, tok.eos_id)
+    res = evaluate_greedy(
+        oracle, tok, val, task.reward_fn, max_new_tokens=task.max_answer_chars + 1, batch_size=7, tool=task.tool
+    )
+    assert (res.accuracy, res.num_errors) == (1.0, 0)
+    episodes = greedy_episodes(oracle, tok, val, task.tool, max_new_tokens=task.max_answer_chars + 1)
+    for ex, ep in zip(val, episodes, strict=True):
+        pieces = task.demonstration(ex)
+        assert ep.text == "".join(p.text for p in pieces)
+        assert ep.num_turns == sum(p.trainable for p in pieces)
+    assert evaluate_greedy(oracle, tok, val, task.reward_fn, max_new_tokens=task.max_answer_chars + 1).accuracy == 0.0

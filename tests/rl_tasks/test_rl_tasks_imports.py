@@ -1,12 +1,28 @@
-"""The package stays light: importing it (warm-up module included) does not import torch."""
+"""The package stays light: importing it (warm-up module included) and building any task does not import torch."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_importing_rl_tasks_and_warmup_does_not_import_torch() -> None:
     code = "import sys, rl_tasks, rl_tasks.warmup, rl_tasks.greedy_eval; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_building_every_task_kind_does_not_import_torch(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"data_source": "d", "prompt": "q{i}", "ground_truth": {i}}}\n' for i in range(4)))
+    code = (
+        "import sys\n"
+        "from rl_tasks import CalculatorTaskConfig, DatasetTaskConfig, ToyTaskConfig\n"
+        "ToyTaskConfig(train_size=20, val_size=2).build()\n"
+        "CalculatorTaskConfig(train_size=20, val_size=2).build()\n"
+        f"DatasetTaskConfig(train_file={str(data)!r}, val_size=1).build()\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"

@@ -10,6 +10,7 @@ from rl_tasks.addition import AdditionSource
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import ScoreStatus, score_safely
 from rl_tasks.sorting import SortSource
+from rl_tasks.task import Piece
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 
 SMALL = ToyTaskConfig(train_size=2000, val_size=200, seed=3)
@@ -88,3 +89,16 @@ def test_unknown_data_source_is_an_error_record_not_a_zero() -> None:
     scored = score_safely(fn, "123", TaskExample("u", "sort", "sort:321=", "123"))
     assert scored.status is ScoreStatus.ERROR and scored.result is None
     assert "no reward function for data_source 'sort'" in (scored.error or "")
+
+
+def test_built_task_is_the_single_turn_view_of_the_config() -> None:
+    task = SMALL.build()
+    assert task.kind == SMALL.kind == "toy" and task.tool is None
+    assert task.splits == build_splits(SMALL)
+    assert (task.alphabet, task.max_answer_chars) == (SMALL.alphabet, SMALL.max_answer_chars)
+    ex = task.splits.validation[0]
+    assert task.demonstration(ex) == (Piece(ex.ground_truth, trainable=True),)
+    assert task.reward_fn == toy_reward_fn(SMALL)
+    assert task.fingerprint() != ToyTaskConfig(train_size=2000, val_size=200, seed=4).build().fingerprint()
+    with pytest.raises(ValueError, match="kind: expected 'toy', got 'dataset'"):
+        ToyTaskConfig(kind="dataset")  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Supervised warm-up: loss masking, the on-disk cache, and a checkpoint that reloads to the same accuracy."""
+"""Supervised warm-up: loss masking of single- and multi-turn demonstrations, the on-disk cache, a checkpoint
+that reloads to the same accuracy, and a short warm-up of every task kind."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, load_pretrained, load_tokenizer
+from rl_tasks.calculator_task import CalculatorTaskConfig
+from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
 from rl_tasks.sorting import SortSource
+from rl_tasks.task import Piece, answer_demonstration
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 from rl_tasks.warmup import (
     METADATA_FILE,
@@ -43,7 +47,7 @@ def _one_thread() -> Iterator[None]:
 def test_training_batch_puts_loss_only_on_answer_and_eos_targets() -> None:
     tok = build_char_tokenizer(SMALL_TASK.alphabet)
     examples = [TaskExample("a", "addition", "1+2=", "3"), TaskExample("b", "sort", "sort:21=", "12")]
-    ids, attn, loss_mask = encode_training_batch(tok, examples)
+    ids, attn, loss_mask = encode_training_batch(tok, examples, answer_demonstration)
     assert ids.shape == (2, 1 + 8 + 2 + 1) and loss_mask.shape == (2, ids.shape[1] - 1)
     for row, ex in enumerate(examples):
         targets = ids[row, 1:][loss_mask[row].bool()].tolist()
@@ -52,14 +56,33 @@ def test_training_batch_puts_loss_only_on_answer_and_eos_targets() -> None:
     assert ids[0, -1].item() == tok.pad_id and ids[0, 0].item() == tok.bos_id
 
 
+def test_multi_turn_batch_trains_on_every_turn_and_its_eos_never_on_observations() -> None:
+    task = CalculatorTaskConfig(train_size=20, val_size=2).build()
+    tok = build_char_tokenizer(task.alphabet)
+    short, long = TaskExample("s", "calculator", "1,2:", "3"), TaskExample("l", "calculator", "12,34,56:", "102")
+    ids, attn, loss_mask = encode_training_batch(tok, [short, long], task.demonstration)
+    eos = [tok.eos_id]
+    row = [tok.bos_id, *tok.encode("12,34,56:"), *tok.encode("12+34"), *eos, *tok.encode("=46;")]
+    row += [*tok.encode("46+56"), *eos, *tok.encode("=102;"), *tok.encode("#102"), *eos]
+    assert ids[1].tolist() == row and int(attn[1].sum()) == len(row) == ids.shape[1]
+    trained = [*tok.encode("12+34"), *eos, *tok.encode("46+56"), *eos, *tok.encode("#102"), *eos]
+    assert ids[1, 1:][loss_mask[1].bool()].tolist() == trained
+    masked_out = ids[1, 1:][~loss_mask[1].bool()].tolist()
+    assert masked_out == [*tok.encode("12,34,56:"), *tok.encode("=46;"), *tok.encode("=102;")]
+    short_row = [tok.bos_id, *tok.encode("1,2:1+2"), *eos, *tok.encode("=3;#3"), *eos]
+    assert ids[0, : len(short_row)].tolist() == short_row and int(attn[0].sum()) == len(short_row)
+    assert not loss_mask[0, len(short_row) - 1 :].any()  # padding is never a target
+    assert task.demonstration(short) == (Piece("1+2", True), Piece("=3;", False), Piece("#3", True))
+
+
 def test_supervised_steps_reduce_answer_loss() -> None:
     tok = build_char_tokenizer(SMALL_TASK.alphabet)
     cfg = MoEConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, head_dim=16)
     torch.manual_seed(0)
     model = MoEForCausalLM(cfg)
-    train = build_splits(SMALL_TASK).train
-    first = train_warmup(model, tok, train, WarmupConfig(steps=1, examples_per_step=16, lr_warmup_steps=0))
-    later = train_warmup(model, tok, train, WarmupConfig(steps=25, examples_per_step=16, lr=3e-3, seed=1))
+    task = SMALL_TASK.build()
+    first = train_warmup(model, tok, task, WarmupConfig(steps=1, examples_per_step=16, lr_warmup_steps=0))
+    later = train_warmup(model, tok, task, WarmupConfig(steps=25, examples_per_step=16, lr=3e-3, seed=1))
     assert first is not None and later is not None
     assert first > math.log(tok.vocab_size) - 0.5  # a random model is near uniform
     assert later < first - 0.8
@@ -68,7 +91,7 @@ def test_supervised_steps_reduce_answer_loss() -> None:
 def test_zero_steps_report_no_loss() -> None:
     tok = build_char_tokenizer(SMALL_TASK.alphabet)
     model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=tok.vocab_size))
-    assert train_warmup(model, tok, build_splits(SMALL_TASK).train, WarmupConfig(steps=0)) is None
+    assert train_warmup(model, tok, SMALL_TASK.build(), WarmupConfig(steps=0)) is None
 
 
 def test_key_changes_with_everything_that_changes_weights() -> None:
@@ -81,6 +104,7 @@ def test_key_changes_with_everything_that_changes_weights() -> None:
     assert base != warmup_key(SMALL_TASK, WarmupConfig(steps=3, examples_per_step=8, lr_warmup_steps=0), model_cfg)
     assert base != warmup_key(ToyTaskConfig(train_size=300, val_size=12, seed=6), FEW_STEPS, model_cfg)
     assert base != warmup_key(SMALL_TASK, FEW_STEPS, model_cfg.replace(num_experts=4))
+    assert base == warmup_key(SMALL_TASK.build(), FEW_STEPS, model_cfg)  # a config keys as the task it builds
 
 
 def test_checkpoint_is_built_once_cached_and_rebuilt_when_missing(tmp_path: Path) -> None:
@@ -132,3 +156,48 @@ def test_a_foreign_directory_at_the_cache_path_is_refused_before_training(tmp_pa
     (tmp_path / f"warmup-{key}").mkdir()
     with pytest.raises(ValueError, match=f"exists without {METADATA_FILE}"):
         ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
+
+
+def test_every_task_kind_warms_up_and_scores_its_base(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    rows = [{"data_source": "d", "prompt": f"{i}*2=", "ground_truth": 2 * i} for i in range(40)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = {
+        "toy": SMALL_TASK.build(),
+        "calculator": CalculatorTaskConfig(train_size=200, val_size=6, max_digits=1).build(),
+        "dataset": DatasetTaskConfig(train_file=str(data), val_size=6).build(),
+    }
+    for kind, task in tasks.items():
+        result = ensure_base_checkpoint(task, FEW_STEPS, tmp_path / kind)
+        assert not result.cached and result.final_loss is not None and 0.0 <= result.val_accuracy <= 1.0
+        model, tok = load_pretrained(result.checkpoint_dir), load_tokenizer(result.checkpoint_dir)
+        assert tok.vocab_size == 3 + len(task.alphabet) == model.config.vocab_size
+        ev = evaluate_greedy(
+            model,
+            tok,
+            task.splits.validation,
+            task.reward_fn,
+            max_new_tokens=task.max_answer_chars + 1,
+            tool=task.tool,
+        )
+        assert ev.accuracy == result.val_accuracy, kind
+
+
+def test_a_task_config_and_the_task_it_builds_share_one_cached_base(tmp_path: Path) -> None:
+    built = ensure_base_checkpoint(SMALL_TASK.build(), FEW_STEPS, tmp_path)
+    from_config = ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
+    assert from_config.cached and from_config.checkpoint_dir == built.checkpoint_dir
+
+
+def test_something_that_is_no_task_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="expected a Task or a task config whose build\\(\\) gives one, got dict"):
+        ensure_base_checkpoint({"kind": "toy"}, FEW_STEPS, tmp_path)  # type: ignore[arg-type]
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_calculator_base_of_the_apps_warmup_length_leaves_room_for_rl(tmp_path: Path) -> None:
+    """The default calculator task after the apps' 100-step warm-up: the tool loop works (clearly above 0) and
+    RL has room (at most 60%)."""
+    result = ensure_base_checkpoint(CalculatorTaskConfig(), WarmupConfig(steps=100, torch_threads=1), tmp_path)
+    assert 0.05 <= result.val_accuracy <= 0.6, result

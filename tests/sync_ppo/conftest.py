@@ -8,17 +8,20 @@ from pathlib import Path
 import pytest
 import torch
 from sync_ppo.cli import parse
-from sync_ppo.config import AppConfig
+from sync_ppo.config import SyncConfig
 
 torch.set_num_threads(1)  # tiny matmuls: one intra-op thread is much faster on a shared 2-core machine
 
 TINY = [
     "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
     "--warmup.steps", "8", "--warmup.examples_per_step", "16",
-    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine_slots", "16",
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3",
     "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
     "--run.progress", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "5",
 ]  # fmt: skip
+
+
+NATIVE_ENGINE = ["--rollout.engine.slots", "16"]
 
 
 @pytest.fixture(scope="session")
@@ -27,11 +30,13 @@ def warmup_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def tiny_config(warmup_cache: Path) -> Callable[..., AppConfig]:
-    """`tiny_config(run_dir, *extra_flags)`: the tiny settings plus the test's own flags."""
+def tiny_config(warmup_cache: Path) -> Callable[..., SyncConfig]:
+    """`tiny_config(run_dir, *extra_flags)`: the tiny settings plus the test's own flags; the native engine with 16
+    slots unless the flags choose another `--rollout.engine`."""
 
-    def make(run_dir: Path, *flags: str) -> AppConfig:
-        cfg, _ = parse([*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run_dir), *flags])
+    def make(run_dir: Path, *flags: str) -> SyncConfig:
+        engine = [] if "--rollout.engine" in flags else NATIVE_ENGINE
+        cfg, _ = parse([*TINY, *engine, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run_dir), *flags])
         return cfg
 
     return make

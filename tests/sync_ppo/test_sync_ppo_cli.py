@@ -40,10 +40,10 @@ def test_help_answers_fast_and_never_imports_torch() -> None:
 
 def test_flags_override_toml_which_overrides_defaults(tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
-    toml.write_text("[rollout]\nprompts_per_step = 5\nsamples_per_prompt = 3\n[train]\nlr = 0.5\n")
+    toml.write_text("[rollout]\nprompts_per_step = 5\nsamples_per_prompt = 3\n[optim]\nlr = 0.5\n")
     cfg, resume = parse(["--config", str(toml), "--rollout.samples_per_prompt", "7", "--run.dir", str(tmp_path / "r")])
     assert not resume
-    assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.train.lr) == (5, 7, 0.5)
+    assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.optim.lr) == (5, 7, 0.5)
     assert cfg.validation.every_steps == 10  # untouched default
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from run_logging import read_metrics
-from sync_ppo.config import AppConfig
+from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 from trainers import PADDING_DATA_SOURCE
 from trainers.dumps import read_dump
@@ -20,7 +20,7 @@ def _stable(row: dict[str, object]) -> dict[str, object]:
 
 
 def test_tiny_run_writes_every_artifact_and_dumps_no_padding(
-    tmp_path: Path, tiny_config: Callable[..., AppConfig]
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     # 4 prompts x 3 samples = 12 samples; 5 mini-batches force 3 inert pads per step
     cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--train.mini_batches_per_step", "5",
@@ -50,7 +50,7 @@ def test_tiny_run_writes_every_artifact_and_dumps_no_padding(
 
 
 def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(
-    tmp_path: Path, tiny_config: Callable[..., AppConfig]
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     straight = tiny_config(tmp_path / "a", "--run.steps", "3")
     train(straight)
@@ -70,9 +70,11 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(
         assert left == right
 
 
-def test_rollout_compile_decode_flag_reaches_the_engine(tmp_path: Path, tiny_config: Callable[..., AppConfig]) -> None:
-    from sync_ppo.components import build_components
+def test_rollout_compile_decode_flag_reaches_the_engine(tmp_path: Path, tiny_config: Callable[..., SyncConfig]) -> None:
+    import asyncio
 
-    assert not build_components(tiny_config(tmp_path / "eager")).engine.config.compile_decode
-    compiled = build_components(tiny_config(tmp_path / "compiled", "--rollout.compile_decode", "true"))
-    assert compiled.engine.config.compile_decode and compiled.engine.model._decode_compiled
+    from sync_ppo.trainer import _build
+
+    assert not asyncio.run(_build(tiny_config(tmp_path / "eager"))).engine.native.decode_compiled
+    compiled = asyncio.run(_build(tiny_config(tmp_path / "compiled", "--rollout.engine.compile_decode", "true")))
+    assert compiled.engine.native.config.compile_decode and compiled.engine.native.decode_compiled

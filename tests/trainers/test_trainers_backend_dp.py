@@ -16,8 +16,9 @@ import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM
 from routing_state import RoutingSpec, RoutingTrace
-from trainers import TrainBatch, TrainSample, collate, grpo_advantages
-from trainers.backend import TorchBackend, TorchBackendConfig
+from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
+from trainers.algorithm import PPOConfig
+from trainers.backend import OptimConfig, TorchBackend
 from trainers.backend.data_parallel import DataParallel
 
 VOCAB, PAD, STEPS = 24, 0, 2
@@ -59,15 +60,15 @@ def fixed_batch() -> TrainBatch:
 def run_steps(data_parallel: DataParallel | None) -> list[dict[str, float]]:
     """Two train steps (2 mini-batches each, small micro-batches) on the fixed batch."""
     torch.set_num_threads(1)
-    cfg = TorchBackendConfig(lr=1e-2, mini_batches_per_step=2, micro_batch_tokens=20, mismatch_sample_seqs=2)
-    backend = TorchBackend(tiny_model(), cfg, data_parallel=data_parallel)
+    loop = TrainLoopConfig(mini_batches_per_step=2, micro_batch_tokens=20, mismatch_sample_seqs=2)
+    backend = TorchBackend(tiny_model(), OptimConfig(lr=1e-2), device="cpu", data_parallel=data_parallel)
+    algorithm = PPOConfig().build(max_new_tokens=8)
     batch = fixed_batch()
-    adv = grpo_advantages(batch.rewards, batch.group_ids)
     out = []
     for _ in range(STEPS):
-        m = backend.train_step(batch, adv)
+        m = train_step(backend, algorithm, batch, loop).metrics
         weights, _ = backend.export_weights()
-        m["weights/sum_abs"] = float(sum(abs(w).sum() for w in weights.values()))
+        m["weights/sum_abs"] = float(sum(w.abs().sum() for w in weights.values()))
         out.append(m)
     return out
 

@@ -10,6 +10,7 @@ engine's routing and without. Metrics: `mismatch/behaviour_replay/*` and `mismat
 from __future__ import annotations
 
 import copy
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -48,7 +49,7 @@ class BehaviourProbe:
             return {}
         rng = np.random.default_rng([self.seed, trainer_version, 0xBE])
         chosen = rng.choice(len(candidates), size=min(self.sample_seqs, len(candidates)), replace=False)
-        out: dict[str, float] = {}
+        out: dict[str, torch.Tensor] = {}
         rows_of: dict[int, list[int]] = {}
         for k in sorted(chosen.tolist()):
             rows_of.setdefault(candidates[k][0], []).append(candidates[k][1])
@@ -59,7 +60,8 @@ class BehaviourProbe:
             rollout = torch.cat([p[replay][1].flatten() for p in parts])
             mask = torch.cat([p[replay][2].flatten() for p in parts])
             out |= log_prob_mismatch(train, rollout, mask, name)
-        return out
+        floats = {k: float(v) for k, v in out.items()}
+        return {k: v for k, v in floats.items() if not math.isnan(v)}  # a prefix with no token keeps its count
 
     def _score(self, sub: TrainBatch, version: int) -> dict[bool, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         self.scratch.load_state_dict(self.versions[version])

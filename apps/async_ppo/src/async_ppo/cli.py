@@ -7,37 +7,33 @@ so `--help` answers in well under a second; torch and ray come with `async_ppo.p
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from sync_ppo.cli import app_parser, resolve_run
+from recipes.cli import app_parser, resolve_run, run_app
 
 from async_ppo.config import AsyncConfig
 
 DEFAULT_RUNS_ROOT = Path("runs") / "async_ppo"
 
 DESCRIPTION = """\
-Fully asynchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable toy task, on Ray.
-Rollouter actors generate GRPO groups continuously (partial rollout, per-token weight versions, routed experts);
+Fully asynchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable task, on Ray.
+Rollouter actors generate groups continuously (partial rollout, per-token weight versions, routed experts);
 the trainer actor takes prompts_per_step complete groups per step (none older than pipeline.max_staleness
-versions), updates with router replay and pushes weights to the rollouters (pause keep | abort). Checkpoints
-hold the trainer state and every unfinished prompt; --resume trains each prompt exactly once.
-Settings: defaults < --config FILE (TOML) < --section.key value. Artifacts go to the run directory
-(metrics.jsonl, config.toml, rollouts/, validation/, checkpoints/, plots/)."""
+versions), updates (algorithm.kind on backend.kind, router replay) and the driver pushes the weights to the
+rollouters (pause keep | abort). Checkpoints hold the trainer state and every unfinished prompt; --resume
+trains each prompt exactly once. Settings: defaults < --config FILE (TOML) < --section.key value; a tagged
+section (algorithm, backend, rollout.engine, task) is chosen with --<section>.kind (or --<section> KIND).
+Artifacts go to the run directory (metrics.jsonl, config.toml, rollouts/, validation/, checkpoints/, plots/)."""
 
 
 def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
-    """The resolved config and whether to resume (sync_ppo's `resolve_run`: the saved config is the base)."""
+    """The resolved config and whether to resume (`recipes.cli.resolve_run`: the saved config is the base)."""
     args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
     return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        cfg, resume = parse(argv)
-    except ValueError as exc:
-        print(f"async_ppo: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    cfg, resume = run_app("async_ppo", parse, argv)
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # before ray is imported: workers reuse this venv
     from async_ppo.pipeline import train
 

@@ -50,14 +50,14 @@ class RolloutFleet:
         self.members: dict[int, _Member] = {}
         self.restarts = 0
         self.released_prompts = 0
-        self.weights: Any = None  # ObjectRef of the latest pushed state dict (None: the base checkpoint)
+        self.weights: Any = None  # ObjectRef of the latest pushed WeightHandle (None: the base checkpoint)
         self.version = 0
         self.stopping = False
 
     async def _spawn(self, spec: RollouterSpec) -> _Member:
         handle = ray.remote(Rollouter).options(**self.options(spec.rollouter_id)).remote(spec, self.broker)
         try:
-            await asyncio.wait_for(handle.start.remote(self.weights, self.version), self.call_timeout_s)
+            await asyncio.wait_for(handle.start.remote(self.weights), self.call_timeout_s)
         except (TimeoutError, RayActorError, ray.exceptions.RayTaskError) as exc:
             raise PipelineError(f"rollouter {spec.rollouter_id}: start at weight version {self.version} failed: "
                                 f"{cause(exc)}") from exc  # fmt: skip
@@ -110,10 +110,11 @@ class RolloutFleet:
             await self._check_runs()
 
     async def push(self, weights: Any, version: int, mode: str) -> float:
-        """Every rollouter serves `version` when this returns; returns the slowest push in seconds. A rollouter
-        that dies meanwhile is replaced (it starts on these weights)."""
+        """Every rollouter serves `version` when this returns (`weights`: an ObjectRef of its WeightHandle);
+        returns the slowest push in seconds. A rollouter that dies meanwhile is replaced (it starts on these
+        weights)."""
         self.weights, self.version = weights, version
-        calls = [(m, m.handle.push_weights.remote(weights, version, mode)) for m in self.members.values()]
+        calls = [(m, m.handle.push_weights.remote(weights, mode)) for m in self.members.values()]
         slowest = 0.0
         for member, ref in calls:
             rid = member.spec.rollouter_id

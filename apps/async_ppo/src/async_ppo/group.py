@@ -1,42 +1,16 @@
-"""One prompt's GRPO group: the requests a ticket expands to, and the finished group sent to the trainer.
+"""FinishedGroup: all responses of one prompt, as a rollouter hands them to the broker and the trainer reads them.
 
-The requests of prompt `k` are exactly those synchronous training makes for its slot (step `k // P + 1`,
-position `k % P`): same example, same request ids, same sampling seeds. With max_staleness 0 the two trainers
-therefore see the same data.
+The requests of prompt `k` are exactly those synchronous training makes for its slot (step `k // P + 1`, position
+`k % P`; `recipes.requests`): same example, same request ids, same sampling seeds. With max_staleness 0 the two
+trainers therefore see the same data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_tasks.example import TaskExample
-from rollout_core import SamplingParams
-from sync_ppo.prompts import sample_seed, step_prompts
-from sync_ppo.rollout import GenRequest, SampleStatus, ScoredSample
-
-from async_ppo.ledger import PromptTicket
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """What every group of a run shares."""
-
-    prompts_per_step: int
-    samples_per_prompt: int
-    temperature: float
-    max_new_tokens: int
-    seed: int
-
-
-def group_requests(ticket: PromptTicket, train: tuple[TaskExample, ...], spec: GroupSpec) -> list[GenRequest]:
-    step, i = ticket.slot(spec.prompts_per_step)
-    example = step_prompts(train, step, spec.prompts_per_step, spec.seed)[i]
-    out = []
-    for j in range(spec.samples_per_prompt):
-        params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                                seed=sample_seed(spec.seed, step, i, j))  # fmt: skip
-        out.append(GenRequest(f"s{step}-p{i}-r{j}", f"s{step}-p{i}", example, i, j, params))
-    return out
+from recipes.samples import SampleStatus, ScoredSample
+from rollout_core import NOT_SAMPLED
 
 
 @dataclass(frozen=True)
@@ -64,4 +38,5 @@ class FinishedGroup:
 
     @property
     def generated_tokens(self) -> int:
-        return sum(len(s.trajectory.response_ids) for s in self.samples)
+        """Tokens the engine sampled for the group (tool observations are not generated)."""
+        return sum(v != NOT_SAMPLED for s in self.samples for v in s.trajectory.token_versions)

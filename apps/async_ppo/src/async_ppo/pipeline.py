@@ -6,7 +6,10 @@
         queue the next step's take and update (the trainer never waits for the driver)
         push the new weights to every rollouter (pause keep | abort), tell the broker the served version
         every k steps: start a validation on the validator's own engine (collected when ready)
-        dumps -> metrics line -> progress bar -> checkpoint (trainer state + ledger of unfinished prompts)
+        metrics line -> progress bar -> checkpoint (trainer state + ledger of unfinished prompts)
+
+The driver handles object references and metrics only: groups go broker -> trainer (which writes the rollout
+dump), weights trainer -> object store -> rollouters and validator (which writes the validation dump).
 
 While it waits, the fleet replaces rollouters that die (their prompts run again); every wait has a deadline.
 """
@@ -21,20 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from recipes.setup import RunSetup, prepare_run
 from run_logging import Progress
-from sync_ppo.dump_records import dump_record, write_step_dump
-from sync_ppo.rollout import SampleStatus, ScoredSample
-from sync_ppo.validation import ValidationResult
-from trainers.dumps import DumpKind
 
 from async_ppo.broker import Broker
 from async_ppo.checkpoint import PipelineProgress, commit_checkpoint, load_checkpoint, staging_dir
 from async_ppo.config import AsyncConfig
 from async_ppo.fleet import RolloutFleet
-from async_ppo.group import FinishedGroup
 from async_ppo.ledger import LedgerState
 from async_ppo.ray_session import RaySession
-from async_ppo.setup import RunSetup, prepare
+from async_ppo.setup import rollouter_specs, trainer_spec
 from async_ppo.summary import RunSummary, summarize, write_plots
 from async_ppo.trainer_actor import TrainerActor, TrainOutcome
 from async_ppo.validator import Validator
@@ -85,7 +84,7 @@ class Pipeline:
         self.trainer = (
             ray.remote(TrainerActor)
             .options(**self.session.trainer_options())
-            .remote(s.trainer_spec, str(loaded.trainer_dir) if loaded else None)
+            .remote(trainer_spec(s), str(loaded.trainer_dir) if loaded else None)
         )
         p = cfg.rollout
         self.broker = ray.remote(Broker).options(**RaySession.light_options()).remote(
@@ -93,24 +92,24 @@ class Pipeline:
             version, loaded.ledger if loaded else None,
         )  # fmt: skip
         self.validator = ray.remote(Validator).options(**RaySession.light_options()).remote(
-            str(s.base.checkpoint_dir), cfg.task, cfg.validation, max_len=s.max_len,
+            s.checkpoint_dir, cfg.task, cfg.validation, str(s.run.root), max_len=s.max_len,
             max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, niceness=cfg.ray.helper_niceness,
         )  # fmt: skip
-        self.fleet = RolloutFleet(s.rollouter_specs(), self.broker, self.session.rollouter_options,
+        self.fleet = RolloutFleet(rollouter_specs(s), self.broker, self.session.rollouter_options,
                                   max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s)  # fmt: skip
-        weights = self.trainer.export_weights.remote() if loaded else None
+        weights = self.trainer.publish.remote() if loaded else None
         await self.fleet.start(weights, version)
         if loaded:
             self.base_val_acc = loaded.progress.base_val_acc
             return loaded.progress
-        self.pending_validations[0] = self.validator.validate.remote(None, 0, 0)
+        self.pending_validations[0] = self.validator.validate.remote(None, 0)
         return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
 
     # ------------------------------------------------------------------ one step
     def submit(self, step: int) -> TrainCall:
         """Queues step `step`'s take and update; the trainer starts as soon as its groups are ready."""
         taken = self.broker.take.remote(self.cfg.rollout.prompts_per_step, step - 1)
-        return TrainCall(step, taken, self.trainer.train.remote(taken))
+        return TrainCall(step, taken, self.trainer.train.remote(step, taken))
 
     async def step(self, call: TrainCall) -> tuple[dict[str, float], TrainCall | None]:
         """Finishes `call`; queues the next step's update before pushing, dumping and logging this one, so the
@@ -118,11 +117,10 @@ class Pipeline:
         cfg, step = self.cfg, call.step
         outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}", cfg.ray.stall_timeout_s,
                                                       self._describe)  # fmt: skip
-        groups, excluded = await call.taken
         t1 = time.perf_counter()
         push = step % cfg.pipeline.sync_every == 0 or step == cfg.run.steps
         validate = self.due(step, cfg.validation.every_steps)
-        weights = self.trainer.export_weights.remote() if push or validate else None
+        weights = self.trainer.publish.remote() if push or validate else None
         if self.due(step, cfg.run.checkpoint_every):
             await self._stage_checkpoint(step)  # queued on the trainer before the next update
         after = self.submit(step + 1) if step < cfg.run.steps else None
@@ -131,9 +129,8 @@ class Pipeline:
             metrics["timing/push_s"] = await self.fleet.push(weights, outcome.version, cfg.pipeline.pause_mode)
             await self.broker.set_served_version.remote(outcome.version)
         if validate:
-            self.pending_validations[step] = self.validator.validate.remote(weights, outcome.version, step)
-        self._dump(step, groups, outcome)
-        metrics |= await self._queue_metrics(groups, excluded)
+            self.pending_validations[step] = self.validator.validate.remote(weights, step)
+        metrics |= await self._queue_metrics()
         now = time.perf_counter()
         metrics["timing/sync_s"] = now - t1
         metrics["timing/step_s"] = now - self.last_step_end  # wall time per step, start-up excluded after step 1
@@ -149,27 +146,14 @@ class Pipeline:
         stats = await self.broker.stats.remote()
         return f"Broker: {stats.describe()}; rollouter restarts {self.fleet.restarts}"
 
-    def _dump(self, step: int, groups: list[FinishedGroup], outcome: TrainOutcome) -> None:
-        """Every response of the step's groups (dropped ones with their status), with its advantage."""
-        records = [
-            dump_record(s, step=step, uid=s.request.request_id, advantage=outcome.advantages.get(s.request.request_id))
-            for g in groups
-            for s in g.samples
-        ]
-        write_step_dump(self.setup.run.rollouts(step), DumpKind.TRAIN, step, records)
-
-    async def _queue_metrics(self, groups: list[FinishedGroup], excluded: list[int]) -> dict[str, float]:
+    async def _queue_metrics(self) -> dict[str, float]:
         stats = await self.broker.stats.remote()
-        samples = [s for g in groups for s in g.samples]
-        return rollout_quality(samples) | {
+        return {
             "queue/ready_groups": float(stats.ready),
             "queue/running_prompts": float(stats.running),
-            "staleness/excluded_groups": float(len(excluded)),
             "staleness/excluded_total": float(stats.counters.excluded_stale),
             "fault/rollouter_restarts": float(self.fleet.restarts),
             "fault/prompts_rerun": float(stats.counters.rerun_after_fault),
-            "rollout/generated_tokens": float(sum(g.generated_tokens for g in groups)),
-            "rollout/group_generate_s_mean": sum(g.generate_s for g in groups) / len(groups),
         }
 
     # ------------------------------------------------------------------ validation, checkpoints
@@ -181,13 +165,12 @@ class Pipeline:
             ready, _ = ray.wait([ref], timeout=0)
             if not ready and not wait:
                 continue
-            result: ValidationResult = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
-            write_step_dump(self.setup.run.validation(step), DumpKind.VAL, step, result.records)
-            self.setup.log.log(step, result.metrics)
+            result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
+            self.setup.log.log(step, result)
             if step == 0:
-                self.base_val_acc = result.greedy_acc
+                self.base_val_acc = result.get("val/greedy_acc")
             del self.pending_validations[step]
-            newest = result.metrics
+            newest = result
         return newest
 
     async def _stage_checkpoint(self, step: int) -> None:
@@ -222,23 +205,8 @@ class Pipeline:
                 ray.kill(h, no_restart=True)
 
 
-def rollout_quality(samples: list[ScoredSample]) -> dict[str, float]:
-    """sync_ppo's quality metrics over real samples (the trainer never sees dropped ones)."""
-    ok = [s for s in samples if s.status is SampleStatus.OK]
-    lengths = [len(s.trajectory.response_ids) for s in ok]
-    n = max(len(ok), 1)
-    return {
-        "reward/mean": sum(s.reward for s in ok) / n,
-        "reward/acc": sum(s.acc for s in ok) / n,
-        "reward/num_error": float(sum(s.status is SampleStatus.REWARD_ERROR for s in samples)),
-        "rollout/num_dropped": float(sum(s.status is SampleStatus.NOT_OK for s in samples)),
-        "rollout/num_samples": float(len(ok)),
-        "rollout/response_length_mean": sum(lengths) / n,
-    }
-
-
 async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
-    setup = prepare(cfg)
+    setup = prepare_run(cfg)
     session = RaySession.open(cfg.ray)
     pipe = Pipeline(setup, session)
     t0 = time.perf_counter()

@@ -1,9 +1,9 @@
-"""Rollouter: one engine, generating GRPO groups for the broker's prompts until told to stop.
+"""Rollouter: one engine, generating groups for the broker's prompts until told to stop.
 
 Runs as a Ray actor (asyncio): `run` is the long-lived loop; `push_weights` interleaves with it. Each leased
 prompt becomes one task that generates its `samples_per_prompt` responses (resuming aborted calls: partial
-rollout), scores them and hands the group to the broker (which may make it wait: back-pressure). Responses
-of a group run concurrently with every other group's; the engine batches them all.
+rollout; a task with a tool runs its agent loop), scores them and hands the group to the broker (which may make it
+wait: back-pressure). Responses of a group run concurrently with every other group's; the engine batches them all.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from moe_models import load_tokenizer
-from rl_tasks.toy_task import build_splits, toy_reward_fn
-from sync_ppo.config import TaskConfig
-from sync_ppo.rollout import generate_all, score_all
+from recipes.config import RolloutConfig, TaskConfig
+from recipes.engine_config import EngineSite
+from recipes.engines.protocol import PauseMode, RolloutEngine
+from recipes.requests import GroupSpec, group_requests
+from recipes.rollout import generate_all, score_all
+from recipes.weight_sync import RayWeightSync, WeightHandle
 
-from async_ppo.group import FinishedGroup, GroupSpec, group_requests
+from async_ppo.group import FinishedGroup
 from async_ppo.ledger import PromptTicket
-from async_ppo.rollout_engine import EngineSpec, PauseMode, RolloutEngine, build_rollout_engine
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,13 @@ class RollouterSpec:
 
     rollouter_id: int  # the slot: its resource bundle (a replacement keeps it)
     owner_id: int  # holds its leases in the broker; unique per incarnation (a dead one's late result is refused)
-    engine: EngineSpec
+    site: EngineSite
+    rollout: RolloutConfig
     group: GroupSpec
     task: TaskConfig
     max_inflight_prompts: int
     partial_rollout: bool
-    max_resumes: int
+    torch_threads: int = 1
     crash_after_groups: int = 0
     niceness: int = 0  # added to the actor process's niceness (os.nice) at start
     push_error_at_version: int = 0  # injected fault: push_weights raises for this version
@@ -55,24 +57,24 @@ class Rollouter:
     def __init__(self, spec: RollouterSpec, broker: Any) -> None:
         """`broker`: a Ray actor handle of `Broker` (or, in-process, any object whose methods return awaitables
         through `.remote`)."""
-        torch.set_num_threads(spec.engine.torch_threads)
+        torch.set_num_threads(spec.torch_threads)
         os.nice(spec.niceness)
         self.spec = spec
         self.broker = broker
-        self.tokenizer = load_tokenizer(spec.engine.checkpoint_dir)
-        self.train = build_splits(spec.task).train
-        self.reward_fn = toy_reward_fn(spec.task)
+        self.tokenizer = load_tokenizer(spec.site.checkpoint_dir)
+        self.task = spec.task.build()
+        self.sync = RayWeightSync()
         self.engine: RolloutEngine | None = None
         self._stopping = False
         self._groups = 0
         self._tokens = 0
 
-    async def start(self, state: dict[str, np.ndarray] | None, version: int) -> int:
-        """Builds the engine and loads `state` as `version` (None: serve the base checkpoint as version 0)."""
-        self.engine = await build_rollout_engine(self.spec.engine)
-        if state is not None:
+    async def start(self, weights: WeightHandle | None) -> int:
+        """Builds the engine and loads `weights` (None: serve the base checkpoint as version 0)."""
+        self.engine = await self.spec.rollout.engine.build(self.spec.site)
+        if weights is not None:
             try:
-                await self.engine.push(state, version, "abort")
+                await self._load(weights, "abort")
             except BaseException:
                 await self.close()
                 raise
@@ -82,6 +84,10 @@ class Rollouter:
         if self.engine is None:
             raise RuntimeError(f"rollouter {self.spec.rollouter_id}: expected start() before use, got no engine")
         return self.engine
+
+    async def _load(self, handle: WeightHandle, mode: PauseMode) -> None:
+        weights = await asyncio.to_thread(self.sync.fetch, handle)  # off the loop: generation streams keep flowing
+        await self._engine().push(weights, handle.version, mode)
 
     async def run(self) -> RollouterStats:
         """Leases prompts and generates their groups until `stop`; raises on anything but an engine error
@@ -109,25 +115,29 @@ class Rollouter:
 
     async def _group(self, ticket: PromptTicket) -> None:
         t0 = time.perf_counter()
-        requests = group_requests(ticket, self.train, self.spec.group)
-        engine = self._engine().engine
-        trajectories = await generate_all(engine, self.tokenizer, requests, partial_rollout=self.spec.partial_rollout,
-                                          max_resumes=self.spec.max_resumes)  # fmt: skip
-        scored = score_all(self.tokenizer, self.reward_fn, requests, trajectories)
-        wall = time.perf_counter() - t0
-        group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, wall)
+        step, position = ticket.slot(self.spec.group.prompts_per_step)
+        requests = group_requests(self.task.splits.train, self.spec.group, step, position)
+        trajectories = await generate_all(
+            self._engine().engine, self.tokenizer, requests, tool=self.task.tool,
+            partial_rollout=self.spec.partial_rollout, max_resumes=self.spec.rollout.max_resumes,
+        )  # fmt: skip
+        scored = score_all(self.tokenizer, self.task.reward_fn, requests, trajectories)
+        group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, time.perf_counter() - t0)
         await self.broker.complete.remote(group)
         self._groups += 1
         self._tokens += group.generated_tokens
         if self.spec.crash_after_groups and self._groups >= self.spec.crash_after_groups:
             os._exit(17)  # injected fault: the process dies as on a segfault or an OOM kill
 
-    async def push_weights(self, state: dict[str, np.ndarray], version: int, mode: PauseMode) -> float:
-        """Serves `version` from now on; in-flight responses continue (keep) or resume (abort). Returns seconds."""
+    async def push_weights(self, handle: WeightHandle, mode: PauseMode) -> float:
+        """Serves `handle.version` from now on; in-flight responses continue (keep) or resume (abort). Returns
+        seconds."""
         t0 = time.perf_counter()
-        if version == self.spec.push_error_at_version:
-            raise RuntimeError(f"injected fault: rollouter {self.spec.rollouter_id} refuses weight version {version}")
-        await self._engine().push(state, version, mode)
+        if handle.version == self.spec.push_error_at_version:
+            raise RuntimeError(
+                f"injected fault: rollouter {self.spec.rollouter_id} refuses weight version {handle.version}"
+            )
+        await self._load(handle, mode)
         return time.perf_counter() - t0
 
     def stats(self) -> RollouterStats:

@@ -1,4 +1,5 @@
-"""Routed-expert rows as engines send them over HTTP, decoded and normalised to DESIGN.md's N-1 convention.
+"""Routed-expert rows as engines send them over HTTP, decoded and normalised to the N-1 convention (row i: the
+experts chosen when token i was an input; a sequence of N tokens has rows 0..N-2).
 
 A call whose input context has `C` tokens and that generated `G >= 1` tokens has rows for input positions
 `0 .. C+G-2` (the last sampled token is never an input). An engine asked for rows from position `start` on

@@ -1,10 +1,16 @@
-"""Verifiable-reward tasks: the toy addition/sorting task, reward functions, verl-style dataset loaders.
+"""Verifiable-reward tasks as components: the toy addition/sorting task, tasks read from verl-style dataset
+files, a multi-turn calculator task, their reward functions, and the `Task` interface the warm-up and the
+rollout consume (`<Kind>TaskConfig.build()` gives a `Task`).
 
 Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch and
 moe_models inside their functions.
 """
 
 from rl_tasks.addition import ADDITION_SOURCE, AdditionSource
+from rl_tasks.calculator_env import CALCULATOR_SOURCE, CalculatorEnv
+from rl_tasks.calculator_reward import CalculatorReward
+from rl_tasks.calculator_task import CalculatorTaskConfig
+from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.dispatch import RewardByDataSource, UnknownDataSourceError
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import ChatMessage, TaskExample
@@ -12,15 +18,22 @@ from rl_tasks.gsm8k import Gsm8kReward, extract_final_answer, normalize_number
 from rl_tasks.loaders import load_dataset_file, load_jsonl, load_parquet
 from rl_tasks.reward import RewardFn, RewardResult, RewardStats, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.sorting import SORT_SOURCE, SortSource
-from rl_tasks.toy_task import TaskSplits, ToyTaskConfig, build_splits, toy_reward_fn
+from rl_tasks.task import Piece, Task, TaskBuilder, TaskSplits, ToolEnv
+from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 
 __all__ = [
     "ADDITION_SOURCE",
+    "CALCULATOR_SOURCE",
     "SORT_SOURCE",
     "AdditionSource",
+    "CalculatorEnv",
+    "CalculatorReward",
+    "CalculatorTaskConfig",
     "ChatMessage",
+    "DatasetTaskConfig",
     "ExactMatchReward",
     "Gsm8kReward",
+    "Piece",
     "RewardByDataSource",
     "RewardFn",
     "RewardResult",
@@ -28,8 +41,11 @@ __all__ = [
     "ScoreStatus",
     "ScoredResponse",
     "SortSource",
+    "Task",
+    "TaskBuilder",
     "TaskExample",
     "TaskSplits",
+    "ToolEnv",
     "ToyTaskConfig",
     "UnknownDataSourceError",
     "build_splits",

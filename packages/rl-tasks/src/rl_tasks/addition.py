@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,9 +15,9 @@ class AdditionSource:
     uniformly among numbers with exactly that many digits (`0..9` counts as one digit), so short operands are
     not swamped by long ones. Answers are 1 to `max_digits + 1` characters long."""
 
-    min_digits: int = 1
-    max_digits: int = 3
-    name: str = ADDITION_SOURCE
+    min_digits: int = field(default=1, metadata={"help": "fewest digits of an addend"})
+    max_digits: int = field(default=3, metadata={"help": "most digits of an addend"})
+    name: str = field(default=ADDITION_SOURCE, metadata={"help": "data source name (metrics and dumps)"})
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_digits <= self.max_digits <= 18:

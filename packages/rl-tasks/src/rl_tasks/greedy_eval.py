@@ -1,7 +1,9 @@
 """Greedy accuracy of a causal LM on task examples, with the plain uncached forward (no engine).
 
-Prompts are encoded as `[bos] + encode(prompt)`; the model must emit the answer then EOS. Prompts are
+Prompts are encoded as `[bos] + encode(prompt)`; the model must emit the answer then EOS. Contexts are
 batched by length, so no batch holds padding and every row uses the same positions as at training time.
+With a tool, each finished turn (its tokens, EOS included when emitted) is followed by the tool's observation
+and the next turn is decoded from there, up to the tool's `max_turns`; the last turn gets no observation.
 torch is imported lazily (the package's other modules stay torch-free).
 """
 
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardFn, RewardStats, score_safely
+from rl_tasks.task import ToolEnv
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +38,8 @@ class TaskTokenizer(Protocol):
 
 @dataclass(frozen=True)
 class GreedyEvalResult:
-    """`accuracy` is the mean `acc` over responses whose reward scored ok; `num_errors` counts the rest."""
+    """`accuracy` is the mean `acc` over responses whose reward scored ok; `num_errors` counts the rest.
+    `mean_response_tokens` counts the tokens the model generated per example (EOS and observations excluded)."""
 
     num_examples: int
     num_errors: int
@@ -52,7 +56,8 @@ def encode_prompt(tokenizer: TaskTokenizer, prompt: str) -> list[int]:
 def _greedy_batch(
     model: torch.nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: int
 ) -> list[list[int]]:
-    """prompt_ids: [B, P] (no padding). Returns each row's generated ids, EOS excluded."""
+    """prompt_ids: [B, P] (no padding). Returns each row's generated ids up to and including its first EOS
+    (all `max_new_tokens` of them when it emitted none)."""
     import torch
 
     ids = prompt_ids
@@ -66,7 +71,36 @@ def _greedy_batch(
             break
     out = []
     for row in ids[:, prompt_ids.shape[1] :].tolist():
-        out.append(row[: row.index(eos_id)] if eos_id in row else row)
+        out.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
+    return out
+
+
+def _greedy_contexts(
+    model: torch.nn.Module, contexts: Sequence[list[int]], *, max_new_tokens: int, eos_id: int, batch_size: int
+) -> list[list[int]]:
+    """Greedy continuation of each context (EOS included when emitted), in input order."""
+    import torch
+
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ValueError(
+            f"greedy_decode: expected max_new_tokens >= 1 and batch_size >= 1, got {max_new_tokens}, {batch_size}"
+        )
+    by_len: dict[int, list[int]] = defaultdict(list)
+    for i, ids in enumerate(contexts):
+        by_len[len(ids)].append(i)
+    out: list[list[int]] = [[] for _ in contexts]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for members in by_len.values():
+                for start in range(0, len(members), batch_size):
+                    chunk = members[start : start + batch_size]
+                    batch = torch.tensor([contexts[i] for i in chunk], dtype=torch.long)
+                    for i, resp in zip(chunk, _greedy_batch(model, batch, max_new_tokens, eos_id), strict=True):
+                        out[i] = resp
+    finally:
+        model.train(was_training)
     return out
 
 
@@ -79,32 +113,61 @@ def greedy_decode(
     batch_size: int = 256,
 ) -> list[list[int]]:
     """Greedy response ids (EOS excluded) for each prompt, in input order."""
-    import torch
+    contexts = [encode_prompt(tokenizer, p) for p in prompts]
+    responses = _greedy_contexts(
+        model, contexts, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, batch_size=batch_size
+    )
+    return [ids[:-1] if ids and ids[-1] == tokenizer.eos_id else ids for ids in responses]
 
-    if max_new_tokens < 1 or batch_size < 1:
-        raise ValueError(
-            f"greedy_decode: expected max_new_tokens >= 1 and batch_size >= 1, got {max_new_tokens}, {batch_size}"
+
+@dataclass(frozen=True)
+class GreedyEpisode:
+    """One greedy tool episode: `text` is every turn and observation in order (special tokens excluded),
+    `model_tokens` the number of tokens the model generated (EOS excluded), `num_turns` its model turns."""
+
+    text: str
+    model_tokens: int
+    num_turns: int
+
+
+def greedy_episodes(
+    model: torch.nn.Module,
+    tokenizer: TaskTokenizer,
+    examples: Sequence[TaskExample],
+    tool: ToolEnv,
+    *,
+    max_new_tokens: int,
+    batch_size: int = 256,
+) -> list[GreedyEpisode]:
+    """Greedy multi-turn episodes, in input order; `max_new_tokens` is each turn's budget."""
+    special = {tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id}
+    contexts = [encode_prompt(tokenizer, ex.prompt) for ex in examples]
+    texts, tokens, turns = [""] * len(examples), [0] * len(examples), [0] * len(examples)
+    active = list(range(len(examples)))
+    for turn in range(tool.max_turns):
+        generated = _greedy_contexts(
+            model,
+            [contexts[i] for i in active],
+            max_new_tokens=max_new_tokens,
+            eos_id=tokenizer.eos_id,
+            batch_size=batch_size,
         )
-    by_len: dict[int, list[int]] = defaultdict(list)
-    encoded = [encode_prompt(tokenizer, p) for p in prompts]
-    for i, ids in enumerate(encoded):
-        by_len[len(ids)].append(i)
-    out: list[list[int]] = [[] for _ in prompts]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for members in by_len.values():
-                for start in range(0, len(members), batch_size):
-                    chunk = members[start : start + batch_size]
-                    batch = torch.tensor([encoded[i] for i in chunk], dtype=torch.long)
-                    for i, resp in zip(
-                        chunk, _greedy_batch(model, batch, max_new_tokens, tokenizer.eos_id), strict=True
-                    ):
-                        out[i] = resp
-    finally:
-        model.train(was_training)
-    return out
+        still = []
+        for i, ids in zip(active, generated, strict=True):
+            body = [t for t in ids if t not in special]
+            turn_text = tokenizer.decode(body)
+            texts[i] += turn_text
+            tokens[i] += len(body)
+            turns[i] += 1
+            observed = None if turn == tool.max_turns - 1 else tool.observation(examples[i], turn_text)
+            if observed is not None:
+                texts[i] += observed
+                contexts[i] = [*contexts[i], *ids, *tokenizer.encode(observed)]
+                still.append(i)
+        active = still
+        if not active:
+            break
+    return [GreedyEpisode(t, n, k) for t, n, k in zip(texts, tokens, turns, strict=True)]
 
 
 def evaluate_greedy(
@@ -115,18 +178,27 @@ def evaluate_greedy(
     *,
     max_new_tokens: int,
     batch_size: int = 256,
+    tool: ToolEnv | None = None,
 ) -> GreedyEvalResult:
-    """Greedy accuracy overall and per data source. Raises if no response could be scored."""
+    """Greedy accuracy overall and per data source (with `tool`: of whole greedy episodes, `max_new_tokens`
+    per turn). Raises if no response could be scored."""
     if not examples:
         raise ValueError("evaluate_greedy: expected at least one example, got 0")
     t0 = time.perf_counter()
-    responses = greedy_decode(
-        model, tokenizer, [e.prompt for e in examples], max_new_tokens=max_new_tokens, batch_size=batch_size
-    )
+    if tool is None:
+        ids = greedy_decode(
+            model, tokenizer, [e.prompt for e in examples], max_new_tokens=max_new_tokens, batch_size=batch_size
+        )
+        texts, lengths = [tokenizer.decode(r) for r in ids], [len(r) for r in ids]
+    else:
+        episodes = greedy_episodes(
+            model, tokenizer, examples, tool, max_new_tokens=max_new_tokens, batch_size=batch_size
+        )
+        texts, lengths = [e.text for e in episodes], [e.model_tokens for e in episodes]
     total = RewardStats()
     per_source: dict[str, RewardStats] = defaultdict(RewardStats)
-    for ex, ids in zip(examples, responses, strict=True):
-        scored = score_safely(reward_fn, tokenizer.decode(ids), ex)
+    for ex, text in zip(examples, texts, strict=True):
+        scored = score_safely(reward_fn, text, ex)
         total.add(scored)
         per_source[ex.data_source].add(scored)
     if total.num_ok == 0:
@@ -139,6 +211,6 @@ def evaluate_greedy(
         num_errors=total.num_error,
         accuracy=total.mean_acc,
         accuracy_by_source=by_source,
-        mean_response_tokens=sum(map(len, responses)) / len(responses),
+        mean_response_tokens=sum(lengths) / len(lengths),
         wall_s=time.perf_counter() - t0,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,9 +15,9 @@ class SortSource:
     """The string length is uniform in `[min_len, max_len]`, each digit uniform in 0-9. The answer has the
     same length as the input, so this source gives the long tail of response lengths."""
 
-    min_len: int = 2
-    max_len: int = 12
-    name: str = SORT_SOURCE
+    min_len: int = field(default=2, metadata={"help": "fewest digits to sort"})
+    max_len: int = field(default=12, metadata={"help": "most digits to sort"})
+    name: str = field(default=SORT_SOURCE, metadata={"help": "data source name (metrics and dumps)"})
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_len <= self.max_len:

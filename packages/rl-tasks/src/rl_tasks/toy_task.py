@@ -6,32 +6,38 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from rl_tasks.addition import AdditionSource
 from rl_tasks.dispatch import RewardByDataSource
 from rl_tasks.exact_match import ExactMatchReward
-from rl_tasks.example import TaskExample
 from rl_tasks.sorting import SortSource
+from rl_tasks.task import Task, TaskSplits, answer_demonstration
+from rl_tasks.unique_draws import draw_unique
 
-_MAX_DRAWS_PER_EXAMPLE = 100
+__all__ = ["TaskSplits", "ToyTaskConfig", "build_splits", "build_toy_task", "toy_reward_fn"]
 
 
 @dataclass(frozen=True)
 class ToyTaskConfig:
     """Mixture of the two toy sources. A weight of 0 disables a source; `train_size` and `val_size` count
-    unique prompts. The same config always yields the same splits, and no validation prompt is in train."""
+    unique prompts. The same config always yields the same splits, and no validation prompt is in train.
+    `kind` tags this variant of the apps' task section."""
 
-    addition_weight: float = 0.5
-    sort_weight: float = 0.5
-    addition: AdditionSource = field(default_factory=AdditionSource)
-    sort: SortSource = field(default_factory=SortSource)
-    train_size: int = 20_000
-    val_size: int = 256
-    seed: int = 0
+    kind: Literal["toy"] = "toy"
+    addition_weight: float = field(default=0.5, metadata={"help": "share of addition prompts (0: off)"})
+    sort_weight: float = field(default=0.5, metadata={"help": "share of digit-sorting prompts (0: off)"})
+    addition: AdditionSource = field(default_factory=AdditionSource, metadata={"help": "the addition source"})
+    sort: SortSource = field(default_factory=SortSource, metadata={"help": "the sorting source"})
+    train_size: int = field(default=20_000, metadata={"help": "unique training prompts"})
+    val_size: int = field(default=256, metadata={"help": "unique validation prompts (none of them in train)"})
+    seed: int = field(default=0, metadata={"help": "seeds the splits"})
 
     def __post_init__(self) -> None:
+        if self.kind != "toy":
+            raise ValueError(f"ToyTaskConfig.kind: expected 'toy', got {self.kind!r}")
         if self.addition_weight < 0 or self.sort_weight < 0 or self.addition_weight + self.sort_weight <= 0:
             raise ValueError(
                 f"ToyTaskConfig: expected non-negative weights with a positive sum, got "
@@ -70,11 +76,8 @@ class ToyTaskConfig:
             lengths.append(self.sort.max_len)
         return max(lengths)
 
-
-@dataclass(frozen=True)
-class TaskSplits:
-    train: tuple[TaskExample, ...]
-    validation: tuple[TaskExample, ...]
+    def build(self) -> Task:
+        return build_toy_task(self)
 
 
 def _draw(cfg: ToyTaskConfig, rng: np.random.Generator) -> tuple[str, str, str]:
@@ -84,32 +87,16 @@ def _draw(cfg: ToyTaskConfig, rng: np.random.Generator) -> tuple[str, str, str]:
     return source.name, prompt, answer
 
 
-def _draw_unique(
-    cfg: ToyTaskConfig, rng: np.random.Generator, split: str, size: int, taken: set[str]
-) -> list[TaskExample]:
-    out: list[TaskExample] = []
-    for _ in range(size * _MAX_DRAWS_PER_EXAMPLE):
-        if len(out) == size:
-            return out
-        name, prompt, answer = _draw(cfg, rng)
-        if prompt in taken:
-            continue
-        taken.add(prompt)
-        out.append(TaskExample(f"{split}-{len(out):06d}", name, prompt, answer))
-    if len(out) == size:
-        return out
-    raise ValueError(
-        f"build_splits: expected {size} unique {split} prompts, got only {len(out)} after "
-        f"{size * _MAX_DRAWS_PER_EXAMPLE} draws; the sources' prompt space is too small for this size"
-    )
-
-
 def build_splits(cfg: ToyTaskConfig) -> TaskSplits:
     """Validation is drawn first, then train from the same seeded stream, skipping validation prompts."""
     rng = np.random.default_rng(cfg.seed)
     taken: set[str] = set()
-    validation = _draw_unique(cfg, rng, "val", cfg.val_size, taken)
-    train = _draw_unique(cfg, rng, "train", cfg.train_size, taken)
+
+    def draw(r: np.random.Generator) -> tuple[str, str, str]:
+        return _draw(cfg, r)
+
+    validation = draw_unique("build_splits", draw, rng, "val", cfg.val_size, taken)
+    train = draw_unique("build_splits", draw, rng, "train", cfg.train_size, taken)
     return TaskSplits(train=tuple(train), validation=tuple(validation))
 
 
@@ -121,3 +108,17 @@ def toy_reward_fn(cfg: ToyTaskConfig) -> RewardByDataSource:
     if cfg.sort_weight > 0:
         fns[cfg.sort.name] = ExactMatchReward()
     return RewardByDataSource(fns)
+
+
+def build_toy_task(cfg: ToyTaskConfig) -> Task:
+    """The single-turn Task of `cfg` (exact-match reward per enabled source)."""
+    return Task(
+        kind="toy",
+        splits=build_splits(cfg),
+        reward_fn=toy_reward_fn(cfg),
+        alphabet=cfg.alphabet,
+        max_answer_chars=cfg.max_answer_chars,
+        tool=None,
+        demonstrate=answer_demonstration,
+        identity=cfg.to_json_dict(),
+    )

@@ -1,12 +1,15 @@
-"""Supervised warm-up that turns a random tiny MoE into an RL base checkpoint for the toy task.
+"""Supervised warm-up that turns a random tiny MoE into an RL base checkpoint for any task.
 
 The checkpoint (HF format via `moe_models.save_pretrained`) is cached under `cache_root/warmup-<key>`, where
-`<key>` hashes the task config, the model config, the warm-up config and a format version; it is rebuilt
+`<key>` hashes the task's fingerprint, the model config, the warm-up config and a format version; it is rebuilt
 when missing. A build happens in a temporary directory renamed into place only once complete (the metadata
 file `warmup.json` is its last file), so a crash never leaves a half-written cached checkpoint.
 
-Training sequences are `[bos] + prompt + answer + [eos]`; the loss covers only the answer and EOS tokens.
-torch and moe_models are imported inside the functions, so importing rl_tasks stays torch-free.
+Training sequences are `[bos] + prompt`, then each piece of the task's demonstration, with `[eos]` after every
+trainable piece (a model turn); the loss covers only the trainable pieces and their EOS tokens, never the
+prompt or an observation. A single-turn task's demonstration is its answer, so its sequences are
+`[bos] + prompt + answer + [eos]`. The base is scored by greedy decoding, running the tool loop for a task
+with a tool. torch and moe_models are imported inside the functions, so importing rl_tasks stays torch-free.
 """
 
 from __future__ import annotations
@@ -17,18 +20,19 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
-from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
+from rl_tasks.task import Piece, Task, TaskBuilder
 
 if TYPE_CHECKING:
     import torch
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 METADATA_FILE = "warmup.json"
 
 
@@ -39,15 +43,17 @@ class WarmupConfig:
     intra-op threads while warming up (None: leave torch's setting); the default is 1 because on a shared
     2-core machine a second thread made each step several times slower (spinning), not faster."""
 
-    steps: int = 150
-    examples_per_step: int = 64
-    lr: float = 2e-3
-    lr_warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    model_preset: str = "tiny"
-    torch_threads: int | None = 1
+    steps: int = field(default=150, metadata={"help": "supervised optimiser steps (0: the random model)"})
+    examples_per_step: int = field(default=64, metadata={"help": "training examples per step"})
+    lr: float = field(default=2e-3, metadata={"help": "AdamW learning rate after the ramp"})
+    lr_warmup_steps: int = field(default=20, metadata={"help": "steps of the linear learning-rate ramp"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max global grad norm per step"})
+    seed: int = field(default=0, metadata={"help": "seeds the model's initialisation and the example draws"})
+    model_preset: str = field(default="tiny", metadata={"help": "MoEConfig preset of the base model"})
+    torch_threads: int | None = field(
+        default=1, metadata={"help": "torch threads while warming up (none: leave the process's setting)"}
+    )
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.examples_per_step < 1 or self.lr_warmup_steps < 0:
@@ -87,13 +93,25 @@ class WarmupResult:
         return d
 
 
-def build_task_tokenizer(task: ToyTaskConfig) -> TaskTokenizer:
+def as_task(task: Task | TaskBuilder) -> Task:
+    """`task` itself, or the Task its config builds (the apps still pass a `ToyTaskConfig`)."""
+    if isinstance(task, Task):
+        return task
+    build = getattr(task, "build", None)
+    built = build() if callable(build) else None
+    if not isinstance(built, Task):
+        raise ValueError(f"expected a Task or a task config whose build() gives one, got {type(task).__name__}")
+    return built
+
+
+def build_task_tokenizer(task: Task | TaskBuilder) -> TaskTokenizer:
     from moe_models import build_char_tokenizer
 
-    return build_char_tokenizer(task.alphabet)
+    return build_char_tokenizer(as_task(task).alphabet)
 
 
-def build_base_model_config(task: ToyTaskConfig, warmup: WarmupConfig, tokenizer: TaskTokenizer) -> object:
+def build_base_model_config(task: Task | TaskBuilder, warmup: WarmupConfig, tokenizer: TaskTokenizer) -> object:
+    """The `warmup.model_preset` MoE sized to `tokenizer` (the task enters only through its tokenizer)."""
     from moe_models import MoEConfig
 
     return MoEConfig.preset(
@@ -105,37 +123,49 @@ def build_base_model_config(task: ToyTaskConfig, warmup: WarmupConfig, tokenizer
     )
 
 
-def warmup_key(task: ToyTaskConfig, warmup: WarmupConfig, model_config: object) -> str:
+def warmup_key(task: Task | TaskBuilder, warmup: WarmupConfig, model_config: object) -> str:
     """Hash of everything that determines the checkpoint's weights."""
     payload = {
         "format": _FORMAT_VERSION,
-        "task": task.to_json_dict(),
+        "task": as_task(task).fingerprint(),
         "warmup": warmup.cache_fields(),
         "model": dataclasses.asdict(model_config),  # type: ignore[call-overload]
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:20]
 
 
+def encode_demonstration(
+    tokenizer: TaskTokenizer, example: TaskExample, pieces: Sequence[Piece]
+) -> tuple[list[int], list[float]]:
+    """The training sequence of one episode and its loss mask over targets: `mask[t]` is 1 where position t
+    predicts (as `ids[t + 1]`) a token of a trainable piece or the EOS closing it; `len(mask) == len(ids) - 1`."""
+    ids = encode_prompt(tokenizer, example.prompt)
+    mask = [0.0] * (len(ids) - 1)
+    for piece in pieces:
+        tokens = [*tokenizer.encode(piece.text), *([tokenizer.eos_id] if piece.trainable else [])]
+        ids += tokens
+        mask += [1.0 if piece.trainable else 0.0] * len(tokens)
+    return ids, mask
+
+
 def encode_training_batch(
-    tokenizer: TaskTokenizer, examples: list[TaskExample]
+    tokenizer: TaskTokenizer,
+    examples: Sequence[TaskExample],
+    demonstration: Callable[[TaskExample], tuple[Piece, ...]],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """input_ids [B, T], attention_mask [B, T] (right padding), loss_mask [B, T-1]: 1 where position t
-    predicts an answer or EOS token (target input_ids[:, t+1])."""
+    predicts a trainable token (target input_ids[:, t+1]), see `encode_demonstration`."""
     import torch
 
-    rows, starts = [], []
-    for ex in examples:
-        prompt = encode_prompt(tokenizer, ex.prompt)
-        rows.append([*prompt, *tokenizer.encode(ex.ground_truth), tokenizer.eos_id])
-        starts.append(len(prompt) - 1)
-    width = max(map(len, rows))
+    rows = [encode_demonstration(tokenizer, ex, demonstration(ex)) for ex in examples]
+    width = max(len(ids) for ids, _ in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
     attn = torch.zeros((len(rows), width), dtype=torch.long)
     loss_mask = torch.zeros((len(rows), width - 1), dtype=torch.float32)
-    for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
+    for i, (row, mask) in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)
         attn[i, : len(row)] = 1
-        loss_mask[i, start : len(row) - 1] = 1.0
+        loss_mask[i, : len(mask)] = torch.tensor(mask)
     return ids, attn, loss_mask
 
 
@@ -145,21 +175,21 @@ def _lr_at(step: int, cfg: WarmupConfig) -> float:
     return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup_steps)
 
 
-def train_warmup(
-    model: torch.nn.Module, tokenizer: TaskTokenizer, train: tuple[TaskExample, ...], cfg: WarmupConfig
-) -> float | None:
-    """Runs `cfg.steps` supervised steps in place; returns the mean loss over the last 10 steps (nats per
-    answer token), or None when `cfg.steps` is 0."""
+def train_warmup(model: torch.nn.Module, tokenizer: TaskTokenizer, task: Task, cfg: WarmupConfig) -> float | None:
+    """Runs `cfg.steps` supervised steps in place on demonstrations of `task.splits.train` (drawn with
+    replacement, seeded by `cfg.seed`); returns the mean loss over the last 10 steps (nats per trainable
+    token), or None when `cfg.steps` is 0."""
     import numpy as np
     import torch
 
+    train = task.splits.train
     rng = np.random.default_rng(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
     losses: list[float] = []
     for step in range(cfg.steps):
         batch = [train[i] for i in rng.integers(0, len(train), size=cfg.examples_per_step)]
-        ids, attn, loss_mask = encode_training_batch(tokenizer, batch)
+        ids, attn, loss_mask = encode_training_batch(tokenizer, batch, task.demonstration)
         logits = model(ids, attn).logits[:, :-1].float()  # [B, T-1, V]
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, T-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()
@@ -175,21 +205,25 @@ def train_warmup(
     return sum(tail) / len(tail) if tail else None
 
 
-def _build(task: ToyTaskConfig, warmup: WarmupConfig, key: str, out_dir: Path) -> WarmupResult:
+def _build(task: Task, warmup: WarmupConfig, key: str, out_dir: Path) -> WarmupResult:
     """Trains, evaluates and saves into `out_dir` (which must not exist); `warmup.json` is written last."""
     import torch
     from moe_models import MoEForCausalLM, save_pretrained
 
     tokenizer = build_task_tokenizer(task)
     model_config = build_base_model_config(task, warmup, tokenizer)
-    splits = build_splits(task)
     torch.manual_seed(warmup.seed)
     model = MoEForCausalLM(model_config)
     t0 = time.perf_counter()
-    final_loss = train_warmup(model, tokenizer, splits.train, warmup)
+    final_loss = train_warmup(model, tokenizer, task, warmup)
     train_wall_s = time.perf_counter() - t0
     ev = evaluate_greedy(
-        model, tokenizer, splits.validation, toy_reward_fn(task), max_new_tokens=task.max_answer_chars + 1
+        model,
+        tokenizer,
+        task.splits.validation,
+        task.reward_fn,
+        max_new_tokens=task.max_answer_chars + 1,
+        tool=task.tool,
     )
     save_pretrained(model, out_dir, tokenizer)
     result = WarmupResult(out_dir, False, key, train_wall_s, final_loss, ev.accuracy, ev.accuracy_by_source)
@@ -213,11 +247,13 @@ def _read_cached(path: Path, key: str) -> WarmupResult:
 
 
 def ensure_base_checkpoint(
-    task: ToyTaskConfig, warmup: WarmupConfig, cache_root: str | Path = Path(".cache") / "warmup"
+    task: Task | TaskBuilder, warmup: WarmupConfig, cache_root: str | Path = Path(".cache") / "warmup"
 ) -> WarmupResult:
-    """The cached base checkpoint for (task, warmup, model config), built first if missing."""
+    """The cached base checkpoint for (task, warmup, model config), built first if missing. A task config is
+    built first (`as_task`)."""
     import torch
 
+    task = as_task(task)
     cache_root = Path(cache_root)
     tokenizer = build_task_tokenizer(task)
     key = warmup_key(task, warmup, build_base_model_config(task, warmup, tokenizer))

@@ -81,7 +81,7 @@ async def generate_with_resume(
     """Generates one response, resuming with prompt + tokens so far whenever a call is aborted.
 
     - tokens, log-probs and per-token versions are concatenated across calls; `num_preempted` is summed;
-    - routing rows follow `routing`: `per_position` (append-only by position, DESIGN.md's rule) or `latest`
+    - routing rows follow `routing`: `per_position` (append-only by position: the routing rule) or `latest`
       (each call replaces the rows from its start: verl#6029, for comparison);
     - `partial_rollout=False`: an aborted call ends the trajectory as `aborted` (never a training sample);
     - more than `max_resumes` aborted calls end it as `truncated`;

@@ -1,6 +1,6 @@
 """RoutingTrace: the routed experts of one sequence, one row per input position, each tagged with a version.
 
-Invariants (the one rule of DESIGN.md):
+Invariants (the routing rule: row i holds the experts chosen when token i was an input):
 - rows cover positions `0 .. len-1` contiguously; row `i` holds the experts chosen when token `i` was an input,
   i.e. in the forward pass that produced the distribution of token `i+1`;
 - `extend` is append-only by position: a call never overwrites a row it does not add, so every row keeps the

@@ -2,7 +2,8 @@
 
 Tensors are right-padded: token tensors are `[B, T]` with `mask [B, T]` (1 = token in the loss, 0 = padding
 or a tool/observation token), outcome scores are `[B]`. Group statistics are computed in float64 and cast
-back to the input dtype. Singleton groups keep the raw score (GRPO and RLOO: `A = s`), as in REFERENCE §9.7.
+back to the input dtype. Singleton groups keep the raw score (GRPO and RLOO: `A = s`): there is no other
+sample to compare with, and a zero advantage would silently drop the sample.
 """
 
 from __future__ import annotations

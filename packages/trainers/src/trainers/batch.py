@@ -2,12 +2,16 @@
 
 Sequence b occupies positions `0 .. N_b-1` of `input_ids` (prompt then response), padded on the right to
 `T = max N_b`. Shifted tensors have `T-1` columns: entry `t` scores token `t+1`, i.e. it is read from the
-model's output row `t` (REFERENCE §0). Response token `j` of a sample with prompt length `P` is therefore
-entry `P-1+j` of `response_mask`, `rollout_log_probs` and `token_versions`.
+model's output row `t`, the distribution that token `t+1` was sampled from. Response token `j` of a sample with
+prompt length `P` is therefore entry `P-1+j` of `response_mask`, `rollout_log_probs` and `token_versions`.
+
+`to(device)` moves what a forward and a loss read; `is_padding`, `prompt_lengths` and `seq_lengths` stay on the
+host, where batches are planned (row choice, widths, micro-batch splits) without waiting for a device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,6 +53,26 @@ class TrainBatch:
     @property
     def num_loss_tokens(self) -> int:
         return int(self.response_mask.sum().item())
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The batch with its model and loss tensors on `device` (itself when they are there already)."""
+        device = torch.device(device)
+        if self.input_ids.device == device:
+            return self
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return dataclasses.replace(
+            self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
+            response_mask=move(self.response_mask), rollout_log_probs=move(self.rollout_log_probs),
+            token_versions=move(self.token_versions), replay_ids=move(self.replay_ids),
+            replay_mask=move(self.replay_mask), rewards=move(self.rewards),
+        )  # fmt: skip
 
 
 def _routing_spec(samples: Sequence[TrainSample]) -> RoutingSpec | None:

@@ -71,11 +71,12 @@ def kl_penalty_rewards(
     mask: torch.Tensor,  # [B, T]
     kind: str,
     coef: float,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """KL in the reward: `r_t - coef·kl_t(old, ref)·mask_t` (detached). Metrics: the masked mean KL."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """KL in the reward: `r_t - coef·kl_t(old, ref)·mask_t` (detached). Metrics (0-dim tensors): the masked mean
+    KL and the coefficient."""
     kl = kl_estimate(log_prob_old.detach(), ref_log_prob.detach(), kind) * mask  # [B, T]
-    n = max(float(mask.sum()), 1.0)
-    metrics = {"kl_penalty/kl_mean": float(kl.sum()) / n, "kl_penalty/coef": float(coef)}
+    n = mask.sum().double().clamp(min=1.0)
+    metrics = {"kl_penalty/kl_mean": kl.sum().double() / n, "kl_penalty/coef": torch.tensor(float(coef))}
     return token_rewards - coef * kl, metrics
 
 
@@ -88,8 +89,11 @@ def kl_loss(
     agg_mode: AggMode | str = AggMode.TOKEN_MEAN,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The KL loss term (to be scaled by `kl_loss_coef` by the caller), aggregated like the policy loss."""
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The KL loss term (to be scaled by its coefficient by the caller), aggregated like the policy loss.
+    Metric: `actor/kl_loss` (the unscaled term, a 0-dim tensor)."""
     kl = kl_estimate(log_prob, ref_log_prob.detach(), kind)
-    loss = aggregate(kl, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
-    return loss, {"actor/kl_loss": float(loss.detach())}
+    loss = aggregate(kl, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
+                     loss_scale_factor=loss_scale_factor)  # fmt: skip
+    return loss, {"actor/kl_loss": loss.detach()}

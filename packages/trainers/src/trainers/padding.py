@@ -1,4 +1,4 @@
-"""Inert padding samples so a batch divides the DP size and the mini-batch size (REFERENCE §6).
+"""Inert padding samples so a batch divides the data-parallel size and the number of mini-batches.
 
 A pad is a synthetic sample, never a copy of a real one: `is_padding=True`, one prompt token and one
 response token (both `pad_token_id`), loss mask 0, reward 0, log-prob 0.0, no routing (its rows route

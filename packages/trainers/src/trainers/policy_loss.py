@@ -1,11 +1,11 @@
 """Policy-gradient losses: PPO clip (with dual clip), decoupled PPO, GSPO.
 
-Three policies have names here (REFERENCE §9.4): the behaviour policy `μ` that sampled the tokens (the
-rollout log-probs), the proximal policy `π_prox` that anchors the trust region (the recomputed "old"
-log-probs; in bypass mode it is `μ` itself), and the current policy `π_θ` being optimised (the only input
-with a gradient). All tensors are `[B, T]`, right-padded, with `mask [B, T]`; log-probs are natural logs of
-the sampled tokens. Every function returns `(loss, metrics)` with a 0-dim loss and float metrics computed
-over this call's loss tokens.
+Three policies have names here: the behaviour policy `μ` that sampled the tokens (the rollout log-probs), the
+proximal policy `π_prox` that anchors the trust region (the recomputed "old" log-probs; in bypass mode it is `μ`
+itself), and the current policy `π_θ` being optimised (the only input with a gradient). All tensors are `[B, T]`,
+right-padded, with `mask [B, T]`; log-probs are natural logs of the sampled tokens. Every function returns
+`(loss, metrics)`: a 0-dim loss and 0-dim metric tensors (detached, float64 for means) over this call's loss
+tokens, so callers never synchronise with the device per call.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ def _check(mask: torch.Tensor, **tensors: torch.Tensor | None) -> None:
             raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    n = float(mask.sum())
-    return float((x * mask).sum()) / n if n > 0 else 0.0
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # 0-dim float64; 0 without tokens
+    n = mask.sum().double()
+    return torch.where(n > 0, (x * mask).sum().double() / n.clamp(min=1.0), torch.zeros_like(n))
 
 
-def _masked_max(x: torch.Tensor, mask: torch.Tensor) -> float:
-    sel = x[mask.bool()]
-    return float(sel.max()) if sel.numel() else 0.0
+def _masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # 0-dim; 0 without tokens
+    m = mask.bool()
+    best = x.masked_fill(~m, float("-inf")).max()
+    return torch.where(m.any(), best, torch.zeros_like(best))
 
 
 def _clip_losses(
@@ -60,13 +61,15 @@ def ppo_clip_loss(
     is_weights: torch.Tensor | None = None,  # [B, T], detached before use
     num_tokens: float | None = None,
     num_seqs: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate `max(-A·r, -A·clip(r, 1-ε_low, 1+ε_high))`, `r = exp(clamp(lp - old, ±20))`.
 
     Dual clip (`dual_clip_c = c > 1`, None = off): for `A < 0` the loss is capped at `-A·c`. The per-token
     loss is multiplied by `is_weights` (rollout IS weights, never differentiated) and aggregated with
-    `agg_mode`. Metrics: `pg_clipfrac` (clipped term active), `pg_clipfrac_lower` (dual cap active),
-    `ppo_kl = mean(old - lp)`, `ratio_mean`, `ratio_max`, `pg_loss`.
+    `agg_mode` (`loss_scale_factor`: the constant divisor of `seq-mean-token-sum-norm`). Metrics:
+    `pg_clipfrac` (clipped term active), `pg_clipfrac_lower` (dual cap active), `ppo_kl = mean(old - lp)`,
+    `ratio_mean`, `ratio_max`, `pg_loss`.
     """
     _check(mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, is_weights=is_weights)
     if dual_clip_c is not None and dual_clip_c <= 1:
@@ -83,9 +86,10 @@ def ppo_clip_loss(
         losses = torch.where(adv < 0, torch.minimum(losses, cap), losses)
     if is_weights is not None:
         losses = losses * is_weights.detach()
-    loss = aggregate(losses, m, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = aggregate(losses, m, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
+                     loss_scale_factor=loss_scale_factor)  # fmt: skip
     metrics = {
-        "actor/pg_loss": float(loss.detach()),
+        "actor/pg_loss": loss.detach(),
         "actor/pg_clipfrac": _masked_mean(clipped, m),
         "actor/pg_clipfrac_lower": _masked_mean(lower, m),
         "actor/ppo_kl": _masked_mean(-log_ratio.detach(), m),
@@ -107,19 +111,25 @@ def decoupled_ppo_loss(
     clip_high: float = 0.2,
     dual_clip_c: float | None = 3.0,
     agg_mode: AggMode | str = AggMode.TOKEN_MEAN,
+    is_weights: torch.Tensor | None = None,  # [B, T] further weights (rollout correction), detached
     num_tokens: float | None = None,
     num_seqs: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Decoupled PPO (AReaL): `E[(π_prox/μ)·min(r·A, clip(r)·A)]` with `r = π_θ/π_prox`.
 
     Exactly `ppo_clip_loss(old = π_prox, is_weights = exp(clamp(log π_prox - log μ, ±20)))`, the weights
-    truncated at `is_cap` when given (TIS). The other keywords are `ppo_clip_loss`'s.
+    truncated at `is_cap` when given (TIS) and multiplied by `is_weights` when given. The other keywords are
+    `ppo_clip_loss`'s.
     """
     _check(mask, proximal_log_prob=proximal_log_prob, behaviour_log_prob=behaviour_log_prob)
     log_w = (proximal_log_prob - behaviour_log_prob).detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     weights = torch.exp(log_w)
     if is_cap is not None:
         weights = weights.clamp(max=is_cap)
+    behaviour = weights
+    if is_weights is not None:
+        weights = weights * is_weights.detach()
     loss, metrics = ppo_clip_loss(
         log_prob,
         proximal_log_prob,
@@ -132,8 +142,9 @@ def decoupled_ppo_loss(
         is_weights=weights,
         num_tokens=num_tokens,
         num_seqs=num_seqs,
+        loss_scale_factor=loss_scale_factor,
     )
-    metrics["actor/behaviour_is_mean"] = _masked_mean(weights, mask.to(weights.dtype))
+    metrics["actor/behaviour_is_mean"] = _masked_mean(behaviour, mask.to(behaviour.dtype))
     return loss, metrics
 
 
@@ -147,7 +158,7 @@ def gspo_loss(
     clip_high: float = 4e-4,
     is_weights: torch.Tensor | None = None,
     num_seqs: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO: the PPO clip on a sequence-level ratio, aggregated with `seq-mean-token-mean` (forced).
 
     `ρ_i = mean_t (lp - old)` over sequence i's loss tokens; the per-token surrogate
@@ -166,9 +177,9 @@ def gspo_loss(
         losses = losses * is_weights.detach()
     loss = aggregate(losses, m, AggMode.SEQ_MEAN_TOKEN_MEAN, num_seqs=num_seqs)
     metrics = {
-        "actor/pg_loss": float(loss.detach()),
+        "actor/pg_loss": loss.detach(),
         "actor/pg_clipfrac": _masked_mean(clipped, m),
-        "actor/pg_clipfrac_lower": 0.0,
+        "actor/pg_clipfrac_lower": torch.zeros((), dtype=torch.float64, device=loss.device),
         "actor/ppo_kl": _masked_mean(-log_ratio.detach(), m),
         "actor/ratio_mean": _masked_mean(ratio.detach(), m),
         "actor/ratio_max": _masked_max(ratio.detach(), m),

@@ -102,22 +102,27 @@ def _rejection(delta: torch.Tensor, m: torch.Tensor, cfg: RolloutCorrectionConfi
     return keep.to(m.dtype)
 
 
-def _weight_metrics(w_raw: torch.Tensor, w: torch.Tensor, m: torch.Tensor, level: ISLevel | None) -> dict[str, float]:
-    """IS statistics over loss tokens (token level) or non-empty sequences (sequence level)."""
+def _weight_metrics(
+    w_raw: torch.Tensor, w: torch.Tensor, m: torch.Tensor, level: ISLevel | None
+) -> dict[str, torch.Tensor]:
+    """IS statistics over loss tokens (token level) or non-empty sequences (sequence level); 0-dim float64. The
+    selection is done with masks (no data-dependent shapes), so nothing here waits for the device."""
     if level is ISLevel.SEQUENCE:
-        rows = m.sum(-1) > 0
-        raw, units = w_raw[rows, 0], w[rows, 0]
+        sel = (m.sum(-1) > 0).to(torch.float64)  # [B]
+        raw, units = w_raw[:, 0], w[:, 0]
     else:
-        sel = m > 0
-        raw, units = w_raw[sel], w[sel]
-    n = units.numel()
-    sq = float(units.square().sum())
+        sel = (m > 0).to(torch.float64)  # [B, T]
+        raw, units = w_raw, w
+    n = sel.sum()
+    total = (units * sel).sum()
+    sq = (units.square() * sel).sum()
+    big = torch.finfo(torch.float64).max
     return {
-        "rollout_corr/is_mean": float(units.mean()),
-        "rollout_corr/is_max": float(units.max()),
-        "rollout_corr/is_min": float(units.min()),
-        "rollout_corr/is_ess": float(units.sum()) ** 2 / (n * sq) if sq > 0 else 0.0,
-        "rollout_corr/is_modified_frac": float((units != raw).to(torch.float64).mean()),
+        "rollout_corr/is_mean": total / n,
+        "rollout_corr/is_max": torch.where(sel > 0, units, -big).max(),
+        "rollout_corr/is_min": torch.where(sel > 0, units, big).min(),
+        "rollout_corr/is_ess": torch.where(sq > 0, total.square() / (n * sq).clamp(min=1e-300), torch.zeros_like(sq)),
+        "rollout_corr/is_modified_frac": ((units != raw).to(torch.float64) * sel).sum() / n,
     }
 
 
@@ -126,8 +131,8 @@ def rollout_correction(
     rollout_log_prob: torch.Tensor,  # [B, T]
     mask: torch.Tensor,  # [B, T]
     cfg: RolloutCorrectionConfig,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """Returns `(is_weights [B, T] detached and 0 off the new mask, new_mask [B, T], metrics)`.
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Returns `(is_weights [B, T] detached and 0 off the new mask, new_mask [B, T], metrics)` (0-dim tensors).
 
     Metrics (over the incoming mask): IS mean/max/min/ESS (`(Σw)²/(N·Σw²)`, in (0, 1]) and the fraction of
     weights truncated or zeroed; `masked_token_frac` and `masked_seq_frac` removed by rejection; the
@@ -140,8 +145,8 @@ def rollout_correction(
             f"{tuple(rollout_log_prob.shape)}, {tuple(mask.shape)}"
         )
     m = mask.detach().to(torch.float64)
-    n_tok = float(m.sum())
-    if n_tok == 0:
+    n_tok = m.sum()
+    if float(n_tok) == 0:  # once per step: the only host synchronisation here
         raise ValueError("rollout_correction: expected at least one loss token, got an all-zero mask")
     delta = (train_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64) * m  # [B, T]
     w_raw = _weights(delta, m, cfg.is_level)
@@ -154,12 +159,13 @@ def rollout_correction(
     nonempty = m.sum(-1) > 0
     k3 = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) - 1 - delta
     metrics = _weight_metrics(w_raw, w, m, cfg.is_level)
+    rejected_seq = ((new_m.sum(-1) == 0) & nonempty).to(torch.float64)
     metrics |= {
-        "rollout_corr/masked_token_frac": 1.0 - float(new_m.sum()) / n_tok,
-        "rollout_corr/masked_seq_frac": float((new_m.sum(-1)[nonempty] == 0).to(torch.float64).mean()),
-        "rollout_corr/abs_diff": float((delta.abs() * m).sum()) / n_tok,
-        "rollout_corr/kl_k1": float((-delta * m).sum()) / n_tok,
-        "rollout_corr/kl_k3": float((k3 * m).sum()) / n_tok,
+        "rollout_corr/masked_token_frac": 1.0 - new_m.sum() / n_tok,
+        "rollout_corr/masked_seq_frac": rejected_seq.sum() / nonempty.sum().clamp(min=1),
+        "rollout_corr/abs_diff": (delta.abs() * m).sum() / n_tok,
+        "rollout_corr/kl_k1": (-delta * m).sum() / n_tok,
+        "rollout_corr/kl_k3": (k3 * m).sum() / n_tok,
     }
     dtype = train_log_prob.dtype
     return (w * new_m).to(dtype), new_m.to(mask.dtype), metrics

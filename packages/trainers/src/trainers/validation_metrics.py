@@ -1,4 +1,4 @@
-"""Validation metrics per data source, named `val-core/...` or `val-aux/...` as in REFERENCE §4.2.
+"""Validation metrics per data source, named `val-core/...` or `val-aux/...` (verl's naming, so dashboards carry over).
 
 Input: one ValSample per output. Only the FINAL output (largest `output_index`) of each `(uid, repeat_index)`
 session counts. Per (data source, uid, variable) with n final values the metrics are
@@ -10,8 +10,9 @@ session counts. Per (data source, uid, variable) with n final values the metrics
   `maj@k/{mean,std}` (bootstrap) and `maj@k/unbiased` (over k-subsets);
 and per (data source, variable), across prompts: `sem/mean@n`, the standard error of the prompt means.
 Each metric is the unweighted mean over the uids of its data source. Every uid of a data source must have the
-same number n of final samples (else ValueError): unequal n would average different uid subsets per key
-(REFERENCE §4.3); drop or re-run incomplete prompts before calling. Variables are `reward` and,
+same number n of final samples (else ValueError): unequal n would average different uid subsets per key (a
+prompt whose sampling failed once would silently move into the `@n-1` metrics, biasing them); drop or re-run
+incomplete prompts before calling. Variables are `reward` and,
 when the samples carry it, `acc`; the core variable is `acc` if present, else `reward`.
 A name is `val-core/{ds}/{var}/{metric}` iff var is the core variable, the metric starts with `mean`, `maj`
 or `best`, and contains `@{n_max}` (the largest k among that variable's names); otherwise `val-aux/...`.

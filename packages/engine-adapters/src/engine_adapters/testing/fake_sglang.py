@@ -6,7 +6,8 @@ response schemas follow sglang's source (http_server.py, io_struct.py `GenerateR
 utils/weight_versions.py spans): unknown sampling parameters are rejected like SGLang's `SamplingParams(**d)`.
 Its "model" is arithmetic, so tests can read provenance back from the data:
 - token = f(seed, context) (greedy uses seed 0); log-prob = -(v + 1) - (token % 10) / 10 under version v;
-- routing row of input position p computed under version v: every layer is [p % E, v % E, ...];
+- routing row of input position p computed under version v: every layer's experts are distinct (a router's top-k
+  is), the first is p % E and the others the experts after it, skipping v % (E - 1) of them;
 - pause modes in_place and retract both freeze running requests until /continue_generation; abort ends them.
 """
 
@@ -55,11 +56,12 @@ class FakeSGLangState:
         return 0 if self.label == "default" else int(self.label)
 
     def row(self, pos: int, v: int) -> np.ndarray:
+        e = self.num_experts
+        first = pos % e
+        skip = v % (e - 1) if e > 1 else 0
         row = np.empty((self.num_layers, self.top_k), dtype=np.int32)
         for layer in range(self.num_layers):
-            row[layer] = [(pos + v + layer + s) % self.num_experts for s in range(self.top_k)]
-            row[layer, 0] = pos % self.num_experts
-            row[layer, 1] = v % self.num_experts
+            row[layer] = [first, *((first + 1 + skip + s) % e for s in range(self.top_k - 1))]
         return row
 
     def token(self, seed: int, ctx: list[int]) -> int:

@@ -9,7 +9,8 @@
   this adapter sets with `/update_weight_version`;
 - routed experts come from our worker extension's router capture (`routing="extension"`, the CPU path; rows
   survive aborts) or from vLLM's own `--enable-return-routed-experts` (`routing="native"`, GPU; finished calls
-  only). Both are cut to DESIGN.md's N-1 rows from `params.routed_experts_start`.
+  only). Both are cut to the N-1 rows of the routing rule (one per input position) from
+  `params.routed_experts_start`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
-"""Training backends behind the `TrainingBackend` seam: plain torch in one process (`TorchBackend`)."""
+"""Training backends behind the compute-only `TrainingBackend` seam: plain torch in one process or FSDP2
+(`TorchBackend`). Exports are lazy: `trainers.backend.config` stays importable without torch."""
 
-from trainers.backend.config import TorchBackendConfig
-from trainers.backend.micro_batches import select_rows, split_by_token_budget, split_even
-from trainers.backend.mismatch import log_prob_mismatch
-from trainers.backend.protocol import TrainingBackend
-from trainers.backend.state import BackendState
-from trainers.backend.torch_backend import TorchBackend
+from trainers.lazy import lazy_exports
 
-__all__ = [
-    "BackendState",
-    "TorchBackend",
-    "TorchBackendConfig",
-    "TrainingBackend",
-    "log_prob_mismatch",
-    "select_rows",
-    "split_by_token_budget",
-    "split_even",
-]
+_EXPORTS = {
+    "BackendConfig": "trainers.backend.config",
+    "BackendState": "trainers.backend.state",
+    "DataParallel": "trainers.backend.data_parallel",
+    "OptimConfig": "trainers.backend.config",
+    "TorchBackend": "trainers.backend.torch_backend",
+    "TorchBackendConfig": "trainers.backend.config",
+    "TrainingBackend": "trainers.backend.protocol",
+    "log_prob_mismatch": "trainers.backend.mismatch",
+    "select_rows": "trainers.backend.micro_batches",
+    "split_by_token_budget": "trainers.backend.micro_batches",
+    "split_even": "trainers.backend.micro_batches",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

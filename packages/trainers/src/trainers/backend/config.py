@@ -1,73 +1,56 @@
-"""TorchBackendConfig: optimiser, loss and batching knobs of the plain-torch training backend."""
+"""The `optim` and `backend` sections. Standard library only (`--help` imports it); `build()` imports torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-from trainers.aggregation import AggMode
+if TYPE_CHECKING:
+    from moe_models import MoEForCausalLM
+
+    from trainers.backend.data_parallel import DataParallel
+    from trainers.backend.protocol import TrainingBackend
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with a global grad-norm clip; every backend builds its own optimiser from this."""
+
+    lr: float = _help("AdamW learning rate", 1e-4)
+    beta1: float = _help("AdamW beta1", 0.9)
+    beta2: float = _help("AdamW beta2", 0.999)
+    weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
+    grad_clip: float = _help("max global grad norm (L2) per optimiser step", 1.0)
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError(f"optim: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1) or self.weight_decay < 0:
+            raise ValueError(
+                f"optim: expected beta1, beta2 in [0, 1) and weight_decay >= 0, got {self.beta1}, {self.beta2}, "
+                f"{self.weight_decay}"
+            )
 
 
 @dataclass
 class TorchBackendConfig:
-    """Knobs of `TorchBackend.train_step`.
+    """Plain torch in this process (or FSDP2 over an initialised torch.distributed group)."""
 
-    One `train_step` runs `ppo_epochs` passes over the batch; each pass splits it into `mini_batches_per_step`
-    mini-batches (in samples, so the batch size must be a multiple of it) and takes one AdamW step per
-    mini-batch. A mini-batch is processed in micro-batches of at most `micro_batch_tokens` padded tokens
-    (`rows x width`); the loss denominators are those of the whole mini-batch, so the gradient does not depend on
-    the micro-batch split.
-    """
+    kind: Literal["torch"] = "torch"
+    device: Literal["auto", "cpu", "cuda"] = _help("where the policy trains (auto: cuda when available)", "auto")
 
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max global grad norm (L2) per optimiser step"})
-    ppo_epochs: int = field(default=1, metadata={"help": "passes over each batch"})
-    mini_batches_per_step: int = field(default=1, metadata={"help": "optimiser steps per pass (samples split evenly)"})
-    micro_batch_tokens: int = field(default=4096, metadata={"help": "padded tokens (rows x width) per forward"})
-    clip_low: float = field(default=0.2, metadata={"help": "PPO ratio clip below 1"})
-    clip_high: float = field(default=0.2, metadata={"help": "PPO ratio clip above 1 (DAPO clip-higher if larger)"})
-    dual_clip_c: float = field(default=3.0, metadata={"help": "dual-clip cap for negative advantages (<= 1: off)"})
-    agg_mode: str = field(
-        default="token-mean", metadata={"help": "loss aggregation: token-mean, seq-mean-token-mean, ..."}
-    )
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature the log-probs are taken under"})
-    policy_loss: str = field(
-        default="ppo_clip",
-        metadata={
-            "help": "ppo_clip: PPO against old_log_probs (the rollout's unless recomputed); decoupled: AReaL's "
-            "decoupled PPO, proximal = the recomputed old_log_probs, behaviour = the rollout's (needs recompute)"
-        },
-    )
-    is_cap: float = field(
-        default=0.0, metadata={"help": "decoupled: truncate the behaviour IS weight pi_prox/mu at this cap (0: none)"}
-    )
-    mismatch_sample_seqs: int = field(
-        default=32, metadata={"help": "sequences per step whose log-probs are also computed WITHOUT router replay"}
-    )
-    seed: int = field(default=0, metadata={"help": "seeds the choice of the no-replay mismatch sample"})
+    def build(
+        self, model: MoEForCausalLM, optim: OptimConfig, *, temperature: float,
+        reference: MoEForCausalLM | None = None, data_parallel: DataParallel | None = None,
+    ) -> TrainingBackend:  # fmt: skip
+        from trainers.backend.torch_backend import TorchBackend
 
-    def __post_init__(self) -> None:
-        if not self.lr > 0 or not self.grad_clip > 0 or not self.temperature > 0:
-            raise ValueError(
-                f"TorchBackendConfig: expected lr, grad_clip, temperature > 0, got {self.lr}, {self.grad_clip}, "
-                f"{self.temperature}"
-            )
-        for name in ("ppo_epochs", "mini_batches_per_step", "micro_batch_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TorchBackendConfig.{name}: expected an int >= 1, got {value!r}")
-        if self.mismatch_sample_seqs < 0:
-            raise ValueError(f"TorchBackendConfig.mismatch_sample_seqs: expected >= 0, got {self.mismatch_sample_seqs}")
-        AggMode(self.agg_mode)  # raises ValueError naming the bad mode
-        if self.policy_loss not in ("ppo_clip", "decoupled"):
-            raise ValueError(
-                f"TorchBackendConfig.policy_loss: expected 'ppo_clip' or 'decoupled', got {self.policy_loss!r}"
-            )
-        if self.is_cap < 0 or (0 < self.is_cap < 1):
-            raise ValueError(f"TorchBackendConfig.is_cap: expected 0 (off) or >= 1, got {self.is_cap}")
+        return TorchBackend(model, optim, temperature=temperature, device=self.device, reference=reference,
+                            data_parallel=data_parallel)  # fmt: skip
 
-    @property
-    def dual_clip(self) -> float | None:
-        return self.dual_clip_c if self.dual_clip_c > 1 else None
+
+BackendConfig = TorchBackendConfig

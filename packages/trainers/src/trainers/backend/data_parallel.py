@@ -9,9 +9,8 @@ then exactly the one-process gradient of the whole mini-batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from moe_models import MoEForCausalLM
@@ -19,10 +18,12 @@ from moe_models import MoEForCausalLM
 
 @dataclass(frozen=True)
 class DataParallel:
-    """This process's place in the default (already initialised) process group."""
+    """This process's place in the default (already initialised) process group. Reductions run on `device` (an NCCL
+    group only reduces CUDA tensors, gloo CPU ones)."""
 
     rank: int
     world_size: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -32,7 +33,10 @@ class DataParallel:
     def from_process_group(cls) -> DataParallel:
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("DataParallel: expected an initialised torch.distributed process group, got none")
-        return cls(dist.get_rank(), dist.get_world_size())
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
+        return cls(dist.get_rank(), dist.get_world_size(), device)
 
     def shard(self, rows: Sequence[int]) -> list[int]:
         """This rank's rows of a mini-batch; raises if some rank would get none (pad the batch to a multiple
@@ -43,15 +47,17 @@ class DataParallel:
             )
         return list(rows)[self.rank :: self.world_size]
 
-    def sum(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64)
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum over ranks of `values` (any shape), on this group's device."""
+        t = values.to(self.device, torch.float64, copy=True)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return float(t.item())
+        return t
 
-    def max(self, value: int) -> int:
-        t = torch.tensor([value], dtype=torch.int64)
+    def max(self, values: Sequence[int]) -> list[int]:
+        """The element-wise maximum over ranks of a list of ints (one collective)."""
+        t = torch.tensor(list(values), dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
+        return [int(v) for v in t.tolist()]
 
 
 def shard_model(model: MoEForCausalLM) -> None:
@@ -63,15 +69,12 @@ def shard_model(model: MoEForCausalLM) -> None:
     fully_shard(model)
 
 
-def full_state_numpy(model: MoEForCausalLM) -> dict[str, np.ndarray]:
-    """The unsharded weights on every rank, as numpy (the tied lm_head alias omitted, as checkpoints do)."""
+def full_state(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
+    """The unsharded weights on every rank, CPU tensors in their own dtype (the tied lm_head alias omitted, as
+    checkpoints do)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
-    out = {}
-    for name, tensor in state.items():
-        t = tensor.detach().cpu()
-        out[name] = (t.float() if t.is_floating_point() else t).numpy().copy()
-    return out
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}

@@ -1,42 +1,72 @@
-"""The TrainingBackend seam: what a trainer loop needs from whatever holds the policy's weights and optimiser."""
+"""The TrainingBackend seam: compute only. It holds the policy's weights, optimiser and device; it never decides
+what a step does (that is `trainers.step`, the same for every backend and every algorithm).
+
+A backend for another engine (FSDP2 here; VeOmni or Megatron-Core elsewhere) implements these calls and runs the
+same algorithms unchanged.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
 
-import numpy as np
 import torch
 
+from trainers.algorithm.loss_io import LossOutputs
+from trainers.backend.data_parallel import DataParallel
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
+
+PolicyRole = Literal["policy", "reference"]
+LossFn = Callable[[torch.Tensor], LossOutputs]  # the micro-batch's current log-probs [b, t-1] -> loss and metrics
 
 
 @runtime_checkable
 class TrainingBackend(Protocol):
-    """A policy being optimised (plain torch here; FSDP2, Megatron or VeOmni behind the same calls).
-
-    - `log_probs(batch, replay=...)`: `[B, T-1]` float32 log-probs of each next token under the current weights
-      and the sampling temperature (entry `t` scores `input_ids[:, t+1]`), no gradient; `replay=True` replays
-      each sample's recorded routing (rows without a record route natively).
-    - `train_step(batch, advantages, old_log_probs)`: one PPO update on the batch; `advantages` is `[B]`
-      (broadcast to loss tokens) or `[B, T-1]`; `old_log_probs` None means bypass mode (old = the rollout's
-      log-probs). Returns flat float metrics, including the train-vs-rollout mismatch with and without replay.
-      Increments `version` by one.
-    - `export_weights()`: the full state dict as numpy arrays (HF parameter names) and the version it is.
-    - `state_dict()` / `load_state_dict(state)`: everything a checkpoint needs to continue bit-for-bit
-      (weights, optimiser moments and step counts, torch RNG, version).
+    """- `device`: where it computes; it moves each micro-batch there (`TrainBatch.to`) and returns tensors there.
+    - `data_parallel`: this process's rank and world when the weights are sharded over several processes (every
+      rank gets the same batch and runs the same number of forwards), else None.
+    - `log_probs(micro_batches, replay=..., role=...)`: per micro-batch, `[b, t-1]` float32 log-probs of each next
+      token under the sampling temperature, no gradient; `replay` replays each sample's recorded routing (rows
+      without a record route natively); `role="reference"` scores with the frozen reference weights (only when
+      the backend was built with them).
+    - `forward_backward(micro, loss_fn, replay=...)`: forward with gradient, `loss_fn(log_probs)`, backward of its
+      loss (scaled as the sharding needs); returns the loss function's outputs, detached.
+    - `zero_grad()`: drops the gradients (the step calls it before each mini-batch's first backward).
+    - `optimizer_step()`: clips the global grad norm and steps; returns the norm (0-dim, before clipping). The
+      gradients stay until the next `zero_grad` (tests read them).
+    - `advance_version()`: one update is complete; the weights are `version + 1` from now on.
+    - `learning_rate`: the optimiser's current learning rate.
+    - `export_weights()`: the full weights by Hugging Face name, in their own dtype, on the CPU, and their version.
+    - `state_dict()` / `load_state_dict(state)`: everything a checkpoint needs to continue bit for bit (weights,
+      optimiser moments and step counts, torch RNG, version).
     """
 
     @property
     def version(self) -> int: ...
 
-    def log_probs(self, batch: TrainBatch, *, replay: bool) -> torch.Tensor: ...
+    @property
+    def device(self) -> torch.device: ...
 
-    def train_step(
-        self, batch: TrainBatch, advantages: torch.Tensor, old_log_probs: torch.Tensor | None = None
-    ) -> dict[str, float]: ...
+    @property
+    def data_parallel(self) -> DataParallel | None: ...
 
-    def export_weights(self) -> tuple[dict[str, np.ndarray], int]: ...
+    @property
+    def learning_rate(self) -> float: ...
+
+    def log_probs(
+        self, micro_batches: Sequence[TrainBatch], *, replay: bool, role: PolicyRole = "policy"
+    ) -> list[torch.Tensor]: ...
+
+    def forward_backward(self, micro: TrainBatch, loss_fn: LossFn, *, replay: bool) -> LossOutputs: ...
+
+    def optimizer_step(self) -> torch.Tensor: ...
+
+    def zero_grad(self) -> None: ...
+
+    def advance_version(self) -> None: ...
+
+    def export_weights(self) -> tuple[dict[str, torch.Tensor], int]: ...
 
     def state_dict(self) -> BackendState: ...
 

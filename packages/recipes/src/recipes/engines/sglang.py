@@ -1,0 +1,49 @@
+"""A running SGLang server as a rollout engine: weights are written as an HF folder under a directory the server
+can read, then loaded with SGLang's `update_weights_from_disk` (labelled with their version)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from engine_adapters.sglang import ModelShape, SGLangEngine
+from moe_models import MoEForCausalLM, load_pretrained, save_pretrained
+from moe_models.checkpoint import load_state_dict_tensors
+from rollout_core import Engine
+
+from recipes.engine_config import EngineSite
+from recipes.engines.protocol import PauseMode
+
+
+class SGLangRolloutEngine:
+    def __init__(self, sglang: SGLangEngine, weights_dir: Path, model: MoEForCausalLM, keep_mode: str) -> None:
+        self.sglang, self.weights_dir, self._model, self.keep_mode = sglang, weights_dir, model, keep_mode
+        self.engine: Engine = sglang
+
+    @classmethod
+    async def connect(cls, url: str, site: EngineSite, weights_dir: Path, keep_mode: str) -> SGLangRolloutEngine:
+        shape = ModelShape.from_hf_config(site.checkpoint_dir, max_context=site.max_len)
+        sglang = await SGLangEngine.connect(url, shape)
+        model = await asyncio.to_thread(load_pretrained, site.checkpoint_dir)
+        return cls(sglang, weights_dir, model, keep_mode)
+
+    def _write_weights(self, weights: Mapping[str, torch.Tensor], folder: Path) -> None:
+        load_state_dict_tensors(self._model, dict(weights))
+        save_pretrained(self._model, folder)
+
+    async def push(self, weights: Mapping[str, torch.Tensor], version: int, mode: PauseMode) -> None:
+        """`keep` pauses with `rollout.engine.pause_mode_keep` (retract or in_place), `abort` aborts in-flight
+        requests (their calls return the tokens so far and resume)."""
+        folder = self.weights_dir / f"weights-v{version}"
+        try:
+            await asyncio.to_thread(self._write_weights, weights, folder)
+            pause = self.keep_mode if mode == "keep" else "abort"
+            await self.sglang.update_weights(str(folder), version, pause_mode=pause)  # type: ignore[arg-type]
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    async def close(self) -> None:
+        await self.sglang.close()

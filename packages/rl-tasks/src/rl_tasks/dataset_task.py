@@ -1,0 +1,126 @@
+"""A single-turn task read from verl-style dataset files (`.parquet` or `.jsonl`, see `rl_tasks.loaders`).
+
+Validation comes from `val_file`, or, when that is empty, `val_size` rows held out of `train_file`: a seeded
+permutation picks them, both splits keep the file's row order, and train rows whose prompt equals a held-out
+prompt are dropped, so no validation prompt is in train. Separate files are used as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from rl_tasks.exact_match import ExactMatchReward
+from rl_tasks.example import TaskExample
+from rl_tasks.gsm8k import Gsm8kReward
+from rl_tasks.loaders import load_dataset_file
+from rl_tasks.reward import RewardFn
+from rl_tasks.task import Task, TaskSplits, answer_demonstration
+
+_REWARDS = ("exact", "gsm8k")
+
+
+@dataclass(frozen=True)
+class DatasetTaskConfig:
+    """`reward`: `exact` (the stripped response equals the ground truth) or `gsm8k` (the extracted final number
+    equals the ground truth's). `max_answer_chars`: one response's text budget (EOS excluded); 0 derives it as
+    the longest ground truth of either split. `default_data_source` names rows without a `data_source` ('':
+    such rows are refused). The alphabet is every character of the splits' prompts and ground truths."""
+
+    kind: Literal["dataset"] = "dataset"
+    train_file: str = field(
+        default="",
+        metadata={
+            "help": "training rows: .parquet or .jsonl with verl's columns (prompt, reward_model.ground_truth, "
+            "data_source)"
+        },
+    )
+    val_file: str = field(
+        default="", metadata={"help": "validation rows (same format); empty: hold val_size rows out of train_file"}
+    )
+    val_size: int = field(
+        default=0, metadata={"help": "rows held out of train_file for validation (exactly one of val_file, val_size)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seeds which rows are held out"})
+    reward: Literal["exact", "gsm8k"] = field(
+        default="exact",
+        metadata={"help": "exact: the stripped response equals the ground truth; gsm8k: its final number does"},
+    )
+    max_answer_chars: int = field(
+        default=0, metadata={"help": "one response's text budget (EOS excluded); 0: the longest ground truth"}
+    )
+    default_data_source: str = field(
+        default="", metadata={"help": "data source of rows without one (empty: such rows are refused)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.kind != "dataset":
+            raise ValueError(f"DatasetTaskConfig.kind: expected 'dataset', got {self.kind!r}")
+        if self.reward not in _REWARDS:
+            raise ValueError(f"DatasetTaskConfig.reward: expected one of {_REWARDS}, got {self.reward!r}")
+        if self.val_size < 0 or self.max_answer_chars < 0:
+            raise ValueError(
+                f"DatasetTaskConfig: expected val_size >= 0 and max_answer_chars >= 0, got {self.val_size}, "
+                f"{self.max_answer_chars}"
+            )
+
+    def _load(self, path: str) -> list[TaskExample]:
+        examples = load_dataset_file(path, default_data_source=self.default_data_source or None)
+        if not examples:
+            raise ValueError(f"DatasetTaskConfig: expected at least one row in {path}, got none")
+        return examples
+
+    def build_splits(self) -> TaskSplits:
+        if not self.train_file:
+            raise ValueError("DatasetTaskConfig.train_file: expected a .parquet or .jsonl path, got ''")
+        if bool(self.val_file) == (self.val_size > 0):
+            raise ValueError(
+                f"DatasetTaskConfig: expected exactly one of val_file or val_size > 0, got "
+                f"val_file={self.val_file!r}, val_size={self.val_size}"
+            )
+        train = self._load(self.train_file)
+        if self.val_file:
+            return TaskSplits(train=tuple(train), validation=tuple(self._load(self.val_file)))
+        return hold_out(train, self.val_size, self.seed, self.train_file)
+
+    def reward_fn(self) -> RewardFn:
+        return ExactMatchReward() if self.reward == "exact" else Gsm8kReward()
+
+    def build(self) -> Task:
+        splits = self.build_splits()
+        examples = (*splits.train, *splits.validation)
+        files = {"train": _file_sha256(self.train_file), "val": _file_sha256(self.val_file) if self.val_file else ""}
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("train_file", "val_file")}
+        return Task(
+            kind="dataset",
+            splits=splits,
+            reward_fn=self.reward_fn(),
+            alphabet="".join(sorted({c for ex in examples for c in ex.prompt + ex.ground_truth})),
+            max_answer_chars=self.max_answer_chars or max(len(ex.ground_truth) for ex in examples),
+            tool=None,
+            demonstrate=answer_demonstration,
+            identity={"config": fields, "file_sha256": files},
+        )
+
+
+def hold_out(rows: list[TaskExample], size: int, seed: int, where: str) -> TaskSplits:
+    """`size` rows picked by a permutation seeded with `seed` as validation (file order kept); train is the
+    other rows minus those repeating a validation prompt. Raises when no train row would be left."""
+    if size >= len(rows):
+        raise ValueError(f"{where}: expected more than val_size={size} rows to hold out from, got {len(rows)}")
+    picked = set(np.random.default_rng(seed).permutation(len(rows))[:size].tolist())
+    validation = tuple(ex for i, ex in enumerate(rows) if i in picked)
+    held = {ex.prompt for ex in validation}
+    train = tuple(ex for i, ex in enumerate(rows) if i not in picked and ex.prompt not in held)
+    if not train:
+        raise ValueError(f"{where}: every train row repeats a held-out prompt; expected at least one train row left")
+    return TaskSplits(train=train, validation=validation)
+
+
+def _file_sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

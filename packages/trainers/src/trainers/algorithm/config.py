@@ -1,0 +1,199 @@
+"""The `algorithm` section: which policy loss (a tagged union chosen by `kind`), which advantage estimator, an
+optional KL-to-reference term and an optional rollout correction. Standard library only (`--help` imports it).
+
+Every variant builds its `Algorithm` with `build()` (torch is imported there, not here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trainers.algorithm.protocol import Algorithm
+
+Estimator = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
+AggModeName = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLEstimatorName = Literal[
+    "k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "kl+", "abs+", "k2+", "mse+", "k3+", "low_var_kl+"
+]
+OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo")  # one scalar per sequence, from the sequence's (total) reward
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+def _band(name: str, band: tuple[float, ...]) -> None:
+    if band and (len(band) != 2 or not 0 <= band[0] < band[1]):
+        raise ValueError(f"{name}: expected empty (off) or two ratios lo,hi with 0 <= lo < hi, got {band}")
+
+
+@dataclass
+class KLConfig:
+    """KL between the policy and the frozen base model (the reference): added to the loss (`loss`, GRPO's
+    choice) or subtracted from the token rewards before the advantages (`reward`, PPO's choice)."""
+
+    coef: float = _help("weight of the KL term (0: off; no reference model is kept)", 0.0)
+    estimator: KLEstimatorName = field(
+        default="low_var_kl",
+        metadata={
+            "help": "per-token estimator: k1 (log-ratio), abs, k2 (half squared log-ratio), k3 (low-variance, "
+            "unbiased); a '+' suffix keeps the named value with k2's gradient (straight-through)"
+        },
+    )
+    mode: Literal["loss", "reward"] = _help("loss: coef x KL in the loss; reward: a per-token reward penalty", "loss")
+
+    def __post_init__(self) -> None:
+        if self.coef < 0:
+            raise ValueError(f"algorithm.kl.coef: expected >= 0, got {self.coef}")
+
+
+@dataclass
+class CorrectionConfig:
+    """Off-policy correction between the trainer's log-probs and the rollout engine's (behaviour) ones:
+    importance weights (truncated: TIS, or zeroed outside a band: IcePop) and rejection of tokens or
+    sequences whose ratio leaves a band. Every filter set must pass; all empty: off."""
+
+    is_level: Literal["off", "token", "sequence"] = _help("importance weights per token or per sequence", "off")
+    is_cap: float = _help("TIS: truncate the weights at this cap (0: no cap)", 0.0)
+    is_band: tuple[float, ...] = _help("IcePop: lo,hi; weights outside [lo, hi] become 0 (empty: off)", ())
+    reject_token: tuple[float, ...] = _help("lo,hi: tokens whose ratio leaves [lo, hi] leave the loss", ())
+    reject_seq_sum: tuple[float, ...] = _help("lo,hi on exp(sum of log-ratios): whole sequences leave the loss", ())
+    reject_seq_mean: tuple[float, ...] = _help("lo,hi on exp(mean log-ratio): whole sequences leave the loss", ())
+
+    def __post_init__(self) -> None:
+        for name in ("is_band", "reject_token", "reject_seq_sum", "reject_seq_mean"):
+            _band(f"algorithm.correction.{name}", getattr(self, name))
+        if self.is_cap < 0:
+            raise ValueError(f"algorithm.correction.is_cap: expected >= 0 (0: off), got {self.is_cap}")
+        if self.is_cap and self.is_band:
+            raise ValueError("algorithm.correction: expected at most one of is_cap (TIS) and is_band (IcePop)")
+        if (self.is_cap or self.is_band) and self.is_level == "off":
+            raise ValueError("algorithm.correction: is_cap / is_band need is_level token or sequence, got off")
+
+    @property
+    def enabled(self) -> bool:
+        return self.is_level != "off" or bool(self.reject_token or self.reject_seq_sum or self.reject_seq_mean)
+
+
+@dataclass
+class PolicyGradientConfig:
+    """What every policy-gradient variant shares: the estimator, the loss aggregation, KL and correction."""
+
+    kind: str = ""
+    advantage: Estimator = field(
+        default="grpo",
+        metadata={
+            "help": "advantage estimator: grpo, drgrpo (GRPO without the std), rloo, reinforce_pp (whitened "
+            "discounted returns), reinforce_pp_baseline (group baseline, whitened), gae (no critic: V = 0)"
+        },
+    )
+    gamma: float = _help("discount of reinforce_pp and gae", 1.0)
+    lam: float = _help("GAE lambda", 1.0)
+    agg_mode: AggModeName = field(default="token-mean", metadata={"help": "loss aggregation over tokens and sequences"})
+    loss_scale_factor: float = _help(
+        "seq-mean-token-sum-norm's constant divisor (Dr.GRPO); 0: the response budget (max new tokens)", 0.0
+    )
+    kl: KLConfig = field(default_factory=KLConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
+            raise ValueError(f"algorithm: expected gamma and lam in [0, 1], got {self.gamma}, {self.lam}")
+        if self.loss_scale_factor < 0:
+            raise ValueError(f"algorithm.loss_scale_factor: expected >= 0, got {self.loss_scale_factor}")
+
+    def _weights_check(self, recomputed: bool) -> None:
+        """Importance weights need a recomputed old policy: in bypass mode PPO's ratio is already pi_theta / mu,
+        and weights pi_old / mu would count the rollout mismatch twice."""
+        if self.correction.is_level != "off" and not recomputed:
+            raise ValueError(
+                f"algorithm.correction.is_level {self.correction.is_level!r}: expected old_log_probs = recompute (in "
+                "bypass mode the ratio already is pi_theta / mu, so weights would count twice); got rollout"
+            )
+
+    def _clip_check(self, clip_low: float, clip_high: float) -> None:
+        if not (0 <= clip_low < 1 and clip_high >= 0):
+            raise ValueError(
+                f"algorithm ({self.kind}): expected 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}"
+            )
+
+
+@dataclass
+class PPOConfig(PolicyGradientConfig):
+    """PPO's clipped surrogate (with dual clip) against the old policy: the rollout's log-probs (bypass mode) or a
+    recomputed no-grad forward of the weights before the update."""
+
+    kind: Literal["ppo"] = "ppo"
+    clip_low: float = _help("ratio clip below 1", 0.2)
+    clip_high: float = _help("ratio clip above 1 (DAPO's clip-higher when larger than clip_low)", 0.2)
+    dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
+    old_log_probs: Literal["rollout", "recompute"] = _help(
+        "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._clip_check(self.clip_low, self.clip_high)
+        self._weights_check(self.old_log_probs == "recompute")
+
+    def build(self, *, max_new_tokens: int) -> Algorithm:
+        from trainers.algorithm.ppo import PPO
+
+        return PPO(self, max_new_tokens=max_new_tokens)
+
+
+@dataclass
+class GSPOConfig(PolicyGradientConfig):
+    """GSPO: PPO's clip on the sequence-level ratio (geometric mean of the token ratios); aggregated per sequence
+    (`agg_mode` is ignored: always seq-mean-token-mean). Defaults are the GSPO paper's clip range."""
+
+    kind: Literal["gspo"] = "gspo"
+    clip_low: float = _help("sequence-ratio clip below 1", 3e-4)
+    clip_high: float = _help("sequence-ratio clip above 1", 4e-4)
+    old_log_probs: Literal["rollout", "recompute"] = _help(
+        "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._clip_check(self.clip_low, self.clip_high)
+        self._weights_check(self.old_log_probs == "recompute")
+
+    def build(self, *, max_new_tokens: int) -> Algorithm:
+        from trainers.algorithm.gspo import GSPO
+
+        return GSPO(self, max_new_tokens=max_new_tokens)
+
+
+@dataclass
+class DecoupledConfig(PolicyGradientConfig):
+    """AReaL's decoupled PPO for stale samples: the trust region is anchored at the proximal policy (recomputed
+    by the trainer before the update) and each token is weighted by pi_prox / mu (mu: the rollout's behaviour
+    policy), truncated at `is_cap` when set."""
+
+    kind: Literal["decoupled"] = "decoupled"
+    clip_low: float = _help("ratio clip below 1", 0.2)
+    clip_high: float = _help("ratio clip above 1", 0.2)
+    dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
+    is_cap: float = _help("truncate the behaviour weight pi_prox / mu at this cap (0: no cap; else >= 1)", 0.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._clip_check(self.clip_low, self.clip_high)
+        if self.is_cap < 0 or 0 < self.is_cap < 1:
+            raise ValueError(f"algorithm.is_cap: expected 0 (off) or >= 1, got {self.is_cap}")
+        if self.correction.is_level != "off":
+            raise ValueError(
+                "algorithm.correction.is_level: decoupled PPO already weights each token by pi_prox / mu (truncate it "
+                f"with algorithm.is_cap); expected off, got {self.correction.is_level!r}"
+            )
+
+    def build(self, *, max_new_tokens: int) -> Algorithm:
+        from trainers.algorithm.decoupled import Decoupled
+
+        return Decoupled(self, max_new_tokens=max_new_tokens)
+
+
+AlgorithmConfig = PPOConfig | GSPOConfig | DecoupledConfig

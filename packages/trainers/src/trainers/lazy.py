@@ -1,0 +1,32 @@
+"""Lazy package exports: `from trainers import X` imports X's module on first use, so that the torch-free config
+modules (`trainers.algorithm.config`, `trainers.backend.config`, `trainers.train_config`) can be imported by a
+command line's `--help` without importing torch through their packages' `__init__`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+
+
+def lazy_exports(package: str, names: Mapping[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """`(__getattr__, __dir__)` for `package`, exporting each name from its module (a dotted path)."""
+
+    def getattr_(name: str) -> object:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        loaded = importlib.import_module(module)
+        # importing `package.x` binds the submodule as the package's attribute `x`, which would hide an exported
+        # function of the same name (`validation_metrics`): bind every export of that module now, as an eager
+        # `from package.x import ...` in `__init__` would
+        owner = sys.modules[package]
+        for other, where in names.items():
+            if where == module:
+                setattr(owner, other, getattr(loaded, other))
+        return getattr(loaded, name)
+
+    def dir_() -> list[str]:
+        return sorted(names)
+
+    return getattr_, dir_

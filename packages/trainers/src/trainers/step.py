@@ -1,0 +1,185 @@
+"""train_step: one update of any algorithm on any training backend. It owns, once: old and reference log-probs,
+advantages, rollout correction, epochs x mini-batches x micro-batches, the train-vs-rollout mismatch metrics and
+the step's metrics.
+
+    old  <- backend.log_probs(batch)            if the algorithm recomputes the old policy
+    ref  <- backend.log_probs(batch, reference) if the algorithm has a KL term
+    adv  <- algorithm.advantages(batch, old, ref)             [B, T-1], on the host
+    w, mask <- rollout_correction(pi_train, mu)               if the algorithm has a correction
+    for epoch, mini-batch:                                    one optimiser step each
+        for micro-batch: backend.forward_backward(micro, algorithm.loss)
+    mismatch: rollout log-probs vs the trainer's pre-update replayed forward (and a sample without replay)
+
+Every `mismatch/*` metric covers only tokens sampled by the weights the trainer holds (`/tokens` counts them): in
+synchronous training all of them, in asynchronous training the fresh ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from trainers.aggregation import count_tokens
+from trainers.algorithm.loss_io import LossInputs, LossOutputs
+from trainers.algorithm.protocol import Algorithm
+from trainers.backend.micro_batches import select_rows, split_by_token_budget
+from trainers.backend.mismatch import log_prob_mismatch
+from trainers.backend.protocol import PolicyRole, TrainingBackend
+from trainers.batch import TrainBatch
+from trainers.padding import PaddingNotInertError
+from trainers.rollout_correction import rollout_correction
+from trainers.step_metrics import StepMetrics
+from trainers.step_plan import MiniBatchPlan, StepPlan
+from trainers.train_config import TrainLoopConfig
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """`metrics`: flat floats; `advantages`: one per sample of the batch (row order), 0 on pads."""
+
+    metrics: dict[str, float]
+    advantages: list[float]
+
+
+@dataclass(frozen=True)
+class _Tensors:
+    """What every micro-batch's loss reads, `[B, T-1]` on the backend's device."""
+
+    old: torch.Tensor
+    rollout: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    ref: torch.Tensor | None
+    is_weights: torch.Tensor | None
+
+
+def score(backend: TrainingBackend, batch: TrainBatch, budget: int, *, replay: bool,
+          role: PolicyRole = "policy") -> torch.Tensor:  # fmt: skip
+    """`[B, T-1]` no-grad log-probs of the whole batch, in micro-batches of at most `budget` padded tokens."""
+    out = torch.zeros(batch.rollout_log_probs.shape, dtype=torch.float32, device=backend.device)
+    groups = split_by_token_budget(batch.seq_lengths.tolist(), range(batch.batch_size), budget)
+    for rows, lp in zip(groups, backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role),
+                        strict=True):  # fmt: skip
+        out[rows, : lp.shape[1]] = lp
+    return out
+
+
+def same_version_mask(batch: TrainBatch, version: int) -> torch.Tensor:  # [B, T-1]
+    """Loss tokens sampled by exactly the weights `version`: the only ones whose rollout log-prob the trainer's
+    forward should reproduce (older tokens differ by the policy's own change, not by mismatch)."""
+    return batch.response_mask * (batch.token_versions == version).to(batch.response_mask.dtype)
+
+
+def _no_replay_sample(backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoopConfig, seed: int,
+                      version: int) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences holding tokens of the
+    version the trainer holds, a seeded choice per version (none: no extra forward)."""
+    fresh = same_version_mask(batch, version).sum(dim=1) > 0  # host tensors: no device wait
+    real = [i for i in range(batch.batch_size) if not bool(batch.is_padding[i]) and bool(fresh[i])]
+    if cfg.mismatch_sample_seqs == 0 or not real or batch.replay_ids is None:
+        return {}
+    rng = np.random.default_rng([seed, version])
+    rows = sorted(rng.choice(real, size=min(cfg.mismatch_sample_seqs, len(real)), replace=False).tolist())
+    sub = select_rows(batch, rows).to(backend.device)
+    same = same_version_mask(sub, version)
+    budget = cfg.micro_batch_tokens
+    out = log_prob_mismatch(
+        score(backend, sub, budget, replay=False), sub.rollout_log_probs, same, "mismatch/no_replay"
+    )
+    # the same sequences with replay, for a like-for-like comparison (mismatch/replay covers the whole batch)
+    lp = score(backend, sub, budget, replay=True)
+    return out | log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/sample_replay")
+
+
+def _inert(log_probs: torch.Tensor) -> LossOutputs:
+    """A zero loss: the forward joins the other ranks' collectives and adds nothing to any gradient."""
+    return LossOutputs(log_probs.sum() * 0.0)
+
+
+def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, plan: MiniBatchPlan,
+                    t: _Tensors, replay: bool, metrics: StepMetrics, capture: torch.Tensor | None) -> None:  # fmt: skip
+    """One optimiser step on one mini-batch (this rank's share); fills `capture` with the micro-batches'
+    pre-update log-probs when given."""
+    if plan.num_tokens == 0:
+        metrics.add_count("actor/skipped_empty_mini_batches")
+        return
+    backend.zero_grad()
+    for rows, tokens in zip(plan.micro, plan.micro_tokens, strict=True):
+        if rows is None:
+            backend.forward_backward(select_rows(batch, [plan.local[0]]), _inert, replay=replay)
+            continue
+        sub = select_rows(batch, rows)
+        width = sub.input_ids.shape[1] - 1
+
+        def loss_fn(lp: torch.Tensor, rows: list[int] = rows, width: int = width) -> LossOutputs:
+            if capture is not None:
+                capture[rows, :width] = lp.detach()
+            return algorithm.loss(LossInputs(
+                log_probs=lp, old_log_probs=t.old[rows, :width], rollout_log_probs=t.rollout[rows, :width],
+                advantages=t.advantages[rows, :width], mask=t.mask[rows, :width], num_tokens=plan.num_tokens,
+                num_seqs=plan.num_seqs, ref_log_probs=None if t.ref is None else t.ref[rows, :width],
+                is_weights=None if t.is_weights is None else t.is_weights[rows, :width],
+            ))  # fmt: skip
+
+        metrics.add_micro(backend.forward_backward(sub, loss_fn, replay=replay), tokens)
+    metrics.add_step(backend.optimizer_step())
+
+
+def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
+    bad = [batch.uids[i] for i in range(batch.batch_size) if bool(batch.is_padding[i]) and advantages[i] != 0.0]
+    if bad:
+        raise PaddingNotInertError(f"train_step: expected advantage 0 on every pad, got non-zero on {bad[:5]}")
+
+
+def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, cfg: TrainLoopConfig, *,
+               seed: int = 0) -> StepResult:  # fmt: skip
+    """One update of `algorithm` on `batch` (on the host; every rank passes the same batch). Increments the
+    backend's version by one. `seed` seeds the choice of the no-replay mismatch sample."""
+    version, replay, budget = backend.version, cfg.router_replay, cfg.micro_batch_tokens
+    dev = batch.to(backend.device)
+    old = score(backend, dev, budget, replay=replay) if algorithm.recompute_old_log_probs else None
+    ref = score(backend, dev, budget, replay=replay, role="reference") if algorithm.needs_reference else None
+    adv = algorithm.advantages(batch, old, ref)
+    per_sample = adv.per_sample.tolist()
+    _check_pads(batch, per_sample)
+    metrics = StepMetrics()
+    metrics.add(adv.metrics)
+    mask, is_weights, host_mask = dev.response_mask, None, batch.response_mask
+    if algorithm.correction is not None:
+        pi_train = old if old is not None else score(backend, dev, budget, replay=replay)
+        is_weights, mask, corr = rollout_correction(pi_train, dev.rollout_log_probs, mask, algorithm.correction)
+        metrics.add(corr)
+        host_mask = mask.cpu()
+    metrics.add(_no_replay_sample(backend, batch, cfg, seed, version))
+    plan = StepPlan.build(batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget,
+                          dp=backend.data_parallel)  # fmt: skip
+    t = _Tensors(dev.rollout_log_probs if old is None else old, dev.rollout_log_probs,
+                 adv.tokens.to(backend.device), mask, ref, is_weights)  # fmt: skip
+    first = torch.zeros_like(dev.response_mask) if old is None else None
+    for epoch in range(cfg.ppo_epochs):
+        for i, mini in enumerate(plan.mini_batches):
+            capture = first if epoch == 0 and i == 0 else None
+            _optimizer_step(backend, algorithm, dev, mini, t, replay, metrics, capture)
+    metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0].local, replay))
+    backend.advance_version()
+    dp = backend.data_parallel
+    pg = metrics.sum_of("actor/pg_loss")
+    if dp is not None and pg is not None:
+        metrics.set_sum("actor/pg_loss", dp.sum(pg))  # each rank holds its share of the sum
+    metrics.add({"actor/lr": backend.learning_rate, "actor/loss_tokens": count_tokens(batch.response_mask)})
+    return StepResult(metrics.result(), per_sample)
+
+
+def _replay_mismatch(batch: TrainBatch, version: int, old: torch.Tensor | None, first: torch.Tensor | None,
+                     rows: list[int], replay: bool) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The rollout log-probs vs the trainer's pre-update forward: the recomputed old log-probs, else the first
+    mini-batch's own training forward (the whole batch when there is one mini-batch)."""
+    prefix = "mismatch/replay" if replay else "mismatch/train"
+    same = same_version_mask(batch, version)
+    if old is not None:
+        return log_prob_mismatch(old, batch.rollout_log_probs, same, prefix)
+    assert first is not None  # filled by the first mini-batch's forwards
+    return log_prob_mismatch(first[rows], batch.rollout_log_probs[rows], same[rows], prefix)

@@ -1,0 +1,77 @@
+"""Shared by the trainers test modules: a tiny MoE, rollouts sampled from it with append-only routing rows (as an
+engine records them, so no engine is needed), and one-line builders of a backend, an algorithm and a step."""
+
+from __future__ import annotations
+
+import torch
+from moe_models import MoEConfig, MoEForCausalLM
+from routing_state import RoutingSpec, RoutingTrace
+from trainers import TrainBatch, TrainLoopConfig, TrainSample, train_step
+from trainers.algorithm import Algorithm, DecoupledConfig, GSPOConfig, PPOConfig
+from trainers.backend import OptimConfig, TorchBackend
+from trainers.step import StepResult
+
+VOCAB = 24
+PAD = 0
+MAX_NEW = 8
+
+
+def tiny_model(seed: int = 0) -> MoEForCausalLM:
+    torch.manual_seed(seed)
+    cfg = MoEConfig.preset(
+        "tiny", vocab_size=VOCAB, hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+        pad_token_id=PAD,
+    )  # fmt: skip
+    return MoEForCausalLM(cfg)
+
+
+@torch.no_grad()
+def sample_one(model: MoEForCausalLM, prompt: list[int], max_new: int, gen: torch.Generator) -> TrainSample:
+    """Samples `max_new` tokens at temperature 1, recording each token's log-prob and routing rows append-only."""
+    cfg = model.config
+    trace = RoutingTrace(RoutingSpec(cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts))
+    ids, log_probs = list(prompt), []
+    for _ in range(max_new):
+        out = model(torch.tensor([ids]), capture_routing=True)
+        logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        token = int(torch.multinomial(logp.exp(), 1, generator=gen))
+        trace.extend(out.routed_experts[0].numpy(), version=0, start=0)
+        ids.append(token)
+        log_probs.append(float(logp[token]))
+    response = ids[len(prompt) :]
+    return TrainSample(
+        uid=f"u{len(prompt)}-{gen.initial_seed()}-{response}", group_id=str(prompt), data_source="toy",
+        prompt_ids=list(prompt), response_ids=response, loss_mask=[1] * len(response), rollout_log_probs=log_probs,
+        token_versions=[0] * len(response), reward=float(sum(response) % 3 == 0), routing=trace,
+    )  # fmt: skip
+
+
+def rollouts(model: MoEForCausalLM, num_prompts: int = 4, per_prompt: int = 3, seed: int = 0) -> list[TrainSample]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for p in range(num_prompts):
+        prompt = [1 + (p + k) % (VOCAB - 1) for k in range(3 + p % 3)]
+        out.extend(sample_one(model, prompt, max_new=3 + (p % 2) * 3, gen=gen) for _ in range(per_prompt))
+    return out
+
+
+def backend(model: MoEForCausalLM, *, reference: bool = False, **optim: float) -> TorchBackend:
+    cfg = OptimConfig(**{"lr": 1e-2, **optim})  # type: ignore[arg-type]
+    if reference:
+        return TorchBackend.with_reference(model, cfg)
+    return TorchBackend(model, cfg)
+
+
+def algorithm(kind: str = "ppo", **fields: object) -> Algorithm:
+    cls = {"ppo": PPOConfig, "gspo": GSPOConfig, "decoupled": DecoupledConfig}[kind]
+    return cls(**fields).build(max_new_tokens=MAX_NEW)  # type: ignore[arg-type]
+
+
+def step(b: TorchBackend, batch: TrainBatch, alg: Algorithm | None = None, **loop: object) -> StepResult:
+    cfg = TrainLoopConfig(**{"mismatch_sample_seqs": 4, **loop})  # type: ignore[arg-type]
+    return train_step(b, alg or algorithm(), batch, cfg)
+
+
+def grads(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
+    """The (clipped) gradient of the step's last optimiser step."""
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
