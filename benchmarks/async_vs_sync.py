@@ -72,7 +72,7 @@ def run_async(args: argparse.Namespace, root: Path, rep: int) -> Measured:
     from async_ppo.cli import parse
     from async_ppo.pipeline import train
 
-    flags = [*_flags(args, root / f"async-{rep}"), "--ray.trainer_threads", str(args.trainer_threads),
+    flags = [*_flags(args, root / f"async-{rep}"), "--run.torch_threads", str(args.trainer_threads),
              "--pipeline.max_staleness", str(args.max_staleness),
              "--ray.temp_dir", f"/tmp/avs_{os.getpid()}_{rep}"]  # fmt: skip
     cfg, _ = parse(flags)
@@ -96,10 +96,10 @@ def main() -> None:
     p.add_argument("--trainer-threads", type=int, default=1, help="async trainer's torch threads")
     p.add_argument("--max-staleness", type=int, default=1)
     args = p.parse_args()
+    from recipes.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.warmup import ensure_base_checkpoint
-    from sync_ppo.config import AppWarmupConfig, TaskConfig
 
-    ensure_base_checkpoint(TaskConfig(), AppWarmupConfig(), Path(".cache/warmup").resolve())  # not timed
+    ensure_base_checkpoint(SortTaskConfig(), AppWarmupConfig(), Path(".cache/warmup").resolve())  # not timed
     results: list[tuple[Measured, Measured]] = []
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as tmp:
         for rep in range(args.reps):

@@ -38,6 +38,14 @@ def test_help_answers_fast_and_never_imports_torch() -> None:
     assert help_s < min(1.0, numpy_s + 0.3), f"--help used {help_s:.2f} s of CPU; a bare numpy import {numpy_s:.2f} s"
 
 
+def test_help_lists_every_kind_of_each_tagged_section() -> None:
+    out = subprocess.run([sys.executable, str(APP), "--help"], check=True, capture_output=True, text=True).stdout
+    for title in ("task (kind: toy | dataset | calculator)", "rollout.engine (kind: native | vllm | sglang)",
+                  "algorithm (kind: ppo | gspo | decoupled)", "backend (kind: torch)"):  # fmt: skip
+        assert title in out, title
+    assert "--algorithm.is_cap" in out and "algorithm.kind: decoupled" in out  # a key of one kind says so
+
+
 def test_flags_override_toml_which_overrides_defaults(tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
     toml.write_text("[rollout]\nprompts_per_step = 5\nsamples_per_prompt = 3\n[optim]\nlr = 0.5\n")

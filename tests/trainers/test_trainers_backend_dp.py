@@ -14,23 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from moe_models import MoEConfig, MoEForCausalLM
 from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.backend.data_parallel import DataParallel
+from trainers_fixtures import PAD, VOCAB, tiny_model
 
-VOCAB, PAD, STEPS = 24, 0, 2
-
-
-def tiny_model() -> MoEForCausalLM:
-    torch.manual_seed(0)
-    cfg = MoEConfig.preset(
-        "tiny", vocab_size=VOCAB, hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
-        pad_token_id=PAD,
-    )  # fmt: skip
-    return MoEForCausalLM(cfg)
+STEPS = 2
 
 
 @torch.no_grad()

@@ -112,7 +112,7 @@ class Pipeline:
         return TrainCall(step, taken, self.trainer.train.remote(step, taken))
 
     async def step(self, call: TrainCall) -> tuple[dict[str, float], TrainCall | None]:
-        """Finishes `call`; queues the next step's update before pushing, dumping and logging this one, so the
+        """Finishes `call`; queues the next step's update before pushing and logging this one, so the
         trainer never waits for the driver. Returns the step's metrics and the next call (None after the last)."""
         cfg, step = self.cfg, call.step
         outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}", cfg.ray.stall_timeout_s,

@@ -78,7 +78,7 @@ def _no_replay_sample(backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoo
     """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences holding tokens of the
     version the trainer holds, a seeded choice per version (none: no extra forward)."""
     fresh = same_version_mask(batch, version).sum(dim=1) > 0  # host tensors: no device wait
-    real = [i for i in range(batch.batch_size) if not bool(batch.is_padding[i]) and bool(fresh[i])]
+    real = torch.nonzero(fresh & ~batch.is_padding).flatten().tolist()
     if cfg.mismatch_sample_seqs == 0 or not real or batch.replay_ids is None:
         return {}
     rng = np.random.default_rng([seed, version])
@@ -129,7 +129,8 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
 
 
 def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
-    bad = [batch.uids[i] for i in range(batch.batch_size) if bool(batch.is_padding[i]) and advantages[i] != 0.0]
+    pads = batch.is_padding.tolist()
+    bad = [batch.uids[i] for i, pad in enumerate(pads) if pad and advantages[i] != 0.0]
     if bad:
         raise PaddingNotInertError(f"train_step: expected advantage 0 on every pad, got non-zero on {bad[:5]}")
 

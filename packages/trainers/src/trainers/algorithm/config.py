@@ -82,6 +82,8 @@ class PolicyGradientConfig:
     """What every policy-gradient variant shares: the estimator, the loss aggregation, KL and correction."""
 
     kind: str = ""
+    clip_low: float = _help("ratio clip below 1", 0.2)
+    clip_high: float = _help("ratio clip above 1 (DAPO's clip-higher when larger than clip_low)", 0.2)
     advantage: Estimator = field(
         default="grpo",
         metadata={
@@ -103,6 +105,11 @@ class PolicyGradientConfig:
             raise ValueError(f"algorithm: expected gamma and lam in [0, 1], got {self.gamma}, {self.lam}")
         if self.loss_scale_factor < 0:
             raise ValueError(f"algorithm.loss_scale_factor: expected >= 0, got {self.loss_scale_factor}")
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
+            raise ValueError(
+                f"algorithm ({self.kind}): expected 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, "
+                f"{self.clip_high}"
+            )
 
     def _weights_check(self, recomputed: bool) -> None:
         """Importance weights need a recomputed old policy: in bypass mode PPO's ratio is already pi_theta / mu,
@@ -113,12 +120,6 @@ class PolicyGradientConfig:
                 "bypass mode the ratio already is pi_theta / mu, so weights would count twice); got rollout"
             )
 
-    def _clip_check(self, clip_low: float, clip_high: float) -> None:
-        if not (0 <= clip_low < 1 and clip_high >= 0):
-            raise ValueError(
-                f"algorithm ({self.kind}): expected 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}"
-            )
-
 
 @dataclass
 class PPOConfig(PolicyGradientConfig):
@@ -126,8 +127,6 @@ class PPOConfig(PolicyGradientConfig):
     recomputed no-grad forward of the weights before the update."""
 
     kind: Literal["ppo"] = "ppo"
-    clip_low: float = _help("ratio clip below 1", 0.2)
-    clip_high: float = _help("ratio clip above 1 (DAPO's clip-higher when larger than clip_low)", 0.2)
     dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
     old_log_probs: Literal["rollout", "recompute"] = _help(
         "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
@@ -135,7 +134,6 @@ class PPOConfig(PolicyGradientConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._clip_check(self.clip_low, self.clip_high)
         self._weights_check(self.old_log_probs == "recompute")
 
     def build(self, *, max_new_tokens: int) -> Algorithm:
@@ -158,7 +156,6 @@ class GSPOConfig(PolicyGradientConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._clip_check(self.clip_low, self.clip_high)
         self._weights_check(self.old_log_probs == "recompute")
 
     def build(self, *, max_new_tokens: int) -> Algorithm:
@@ -174,14 +171,11 @@ class DecoupledConfig(PolicyGradientConfig):
     policy), truncated at `is_cap` when set."""
 
     kind: Literal["decoupled"] = "decoupled"
-    clip_low: float = _help("ratio clip below 1", 0.2)
-    clip_high: float = _help("ratio clip above 1", 0.2)
     dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
     is_cap: float = _help("truncate the behaviour weight pi_prox / mu at this cap (0: no cap; else >= 1)", 0.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._clip_check(self.clip_low, self.clip_high)
         if self.is_cap < 0 or 0 < self.is_cap < 1:
             raise ValueError(f"algorithm.is_cap: expected 0 (off) or >= 1, got {self.is_cap}")
         if self.correction.is_level != "off":
