@@ -66,7 +66,7 @@ TINY = [
     "--task.train_size", "400", "--task.val_size", "12",
     "--warmup.steps", "8", "--warmup.examples_per_step", "16",
     "--rollout.engine", "vllm", "--rollout.prompts_per_step", str(PROMPTS),
-    "--rollout.samples_per_prompt", str(SAMPLES), "--rollout.engine.slots", "64",
+    "--rollout.samples_per_prompt", str(SAMPLES), "--rollout.engine.max_num_seqs", "64",
     "--validation.every_steps", "100", "--validation.max_prompts", "8",
     "--pipeline.max_staleness", str(MAX_STALENESS),
     "--run.steps", str(STEPS), "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "0",
