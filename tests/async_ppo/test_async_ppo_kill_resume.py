@@ -1,4 +1,5 @@
-"""`kill -9` of the whole app mid-run, then `--resume`: no prompt lost, none trained twice, metrics continue."""
+"""`kill -9` of the whole app right after a checkpoint, then `--resume`: no prompt lost, none trained twice, the
+checkpoint step's validation kept, one metrics line per step in step order."""
 
 from __future__ import annotations
 
@@ -55,8 +56,12 @@ def test_kill_9_then_resume_trains_every_prompt_exactly_once(tmp_path: Path, war
     resumed = _start(["--resume", "--run.dir", str(run), "--ray.temp_dir", ray_dir + "r"], log)
     assert resumed.wait(timeout=300) == 0, log.read_text()[-3000:]
 
-    train_steps = [r["step"] for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r]
-    assert train_steps == list(range(1, STEPS + 1))  # rows after the checkpoint were truncated, then rewritten
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))  # one line per step, in order, none twice
+    assert all("timing/train_s" in r for r in rows[1:])  # rows after the checkpoint were truncated, then rewritten
+    validated = list(range(0, STEPS + 1, 2))  # validation.every_steps 2: the killed checkpoint's step included
+    assert [r["step"] for r in rows if "val/greedy_acc" in r] == validated
+    assert sorted(int(p.stem) for p in (run / "validation").glob("*.jsonl")) == validated
     trained = trained_prompt_indices(run, 4, range(1, STEPS + 1))
     assert len(trained) == len(set(trained)) == 4 * STEPS
     final = LedgerState.from_json_dict(json.loads((run / "checkpoints" / str(STEPS) / "ledger.json").read_text()))

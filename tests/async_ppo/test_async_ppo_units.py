@@ -30,9 +30,9 @@ def test_help_lists_the_pipeline_sections_without_importing_torch_or_ray() -> No
         assert flag in out
 
 
-def test_default_run_dir_is_timestamped_under_runs_async_ppo() -> None:
+def test_a_new_run_without_run_dir_is_given_its_directory_when_it_starts() -> None:
     cfg, resume = parse([])
-    assert not resume and Path(cfg.run.dir).parent == Path("runs") / "async_ppo"
+    assert not resume and cfg.run.dir == ""  # allocated (unique, under runs/async_ppo) by the run, not by parsing
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The package stays light: importing it (warm-up module included) and building any task does not import torch."""
+"""The package stays light: importing it (warm-up module included), constructing a warm-up config (its model preset
+checked) and building any task do not import torch."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import sys
 from pathlib import Path
 
 
-def test_importing_rl_tasks_and_warmup_does_not_import_torch() -> None:
-    code = "import sys, rl_tasks, rl_tasks.warmup, rl_tasks.greedy_eval; print('torch' in sys.modules)"
+def test_importing_rl_tasks_and_warmup_and_checking_a_preset_does_not_import_torch() -> None:
+    code = (
+        "import sys, rl_tasks, rl_tasks.warmup, rl_tasks.greedy_eval\n"
+        "rl_tasks.warmup.WarmupConfig(model_preset='small')\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
 

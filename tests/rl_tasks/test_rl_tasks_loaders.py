@@ -58,30 +58,51 @@ def test_jsonl_with_string_prompt_top_level_ground_truth_and_default_source(tmp_
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"data_source": "d", "reward_model": {"ground_truth": "1"}}, "row 0: missing field 'prompt'"),
-        ({"data_source": "d", "prompt": "p"}, "row 0: missing 'reward_model.ground_truth'"),
-        ({"prompt": "p", "ground_truth": "1"}, "row 0: missing field 'data_source'"),
-        ({"data_source": "d", "prompt": [{"content": "hi"}], "ground_truth": "1"}, "prompt\\[0\\] expected"),
-        ({"data_source": "d", "prompt": [], "ground_truth": "1"}, "non-empty chat list"),
-        ({"data_source": "d", "prompt": "p", "ground_truth": [1, 2]}, "ground_truth expected a str or number"),
-        ({"data_source": "d", "prompt": [{"role": "robot", "content": "x"}], "ground_truth": "1"}, "role"),
+        ({"data_source": "d", "reward_model": {"ground_truth": "1"}}, "line 1: prompt: expected the field, got none"),
+        ({"data_source": "d", "prompt": "p"}, "line 1: reward_model.ground_truth: expected it"),
+        ({"prompt": "p", "ground_truth": "1"}, "line 1: data_source: expected a non-empty str"),
+        (
+            {"data_source": 5, "prompt": "p", "ground_truth": "1"},
+            "line 1: data_source: expected a non-empty str, got 5",
+        ),
+        (
+            {"data_source": "d", "prompt": [{"content": "hi"}], "ground_truth": "1"},
+            "line 1: prompt[0]: expected a {'role', 'content'} mapping",
+        ),
+        (
+            {"data_source": "d", "prompt": [], "ground_truth": "1"},
+            "line 1: prompt: expected a non-blank str or a non-empty chat list, got []",
+        ),
+        (
+            {"data_source": "d", "prompt": "p", "ground_truth": [1, 2]},
+            "line 1: ground_truth: expected a non-blank str or a finite number, got [1, 2]",
+        ),
+        (
+            {"data_source": "d", "prompt": [{"role": "robot", "content": "x"}], "ground_truth": "1"},
+            "line 1: prompt[0].role: expected one of ('system', 'user', 'assistant', 'tool'), got 'robot'",
+        ),
+        (
+            {"uid": "", "data_source": "d", "prompt": "p", "ground_truth": "1"},
+            "line 1: uid: expected a non-empty str or an int, got ''",
+        ),
     ],
 )
-def test_malformed_rows_raise_with_file_and_row(tmp_path: Path, row: dict[str, object], message: str) -> None:
+def test_malformed_rows_raise_with_file_line_and_field(tmp_path: Path, row: dict[str, object], message: str) -> None:
     path = _write_jsonl(tmp_path / "bad.jsonl", [row])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(f"{path} {message}")):
         load_jsonl(path)
 
 
-def test_duplicate_uids_and_invalid_json_are_reported(tmp_path: Path) -> None:
+def test_duplicate_uids_and_invalid_json_are_reported_by_line(tmp_path: Path) -> None:
     dup = _write_jsonl(
         tmp_path / "dup.jsonl", [{"uid": "a", "data_source": "d", "prompt": "p", "ground_truth": "1"}] * 2
     )
-    with pytest.raises(ValueError, match="uid 'a' appears in rows 0 and 1"):
+    repeated = "dup.jsonl line 2: uid: expected a uid unique in the file, got 'a', as on line 1"
+    with pytest.raises(ValueError, match=re.escape(repeated)):
         load_jsonl(dup)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"prompt": "p"}\n{not json\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape("broken.jsonl line 2: invalid JSON")):
+    with pytest.raises(ValueError, match=re.escape("broken.jsonl line 2: expected a JSON object, got invalid JSON")):
         load_jsonl(broken)
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `from conftest import TINY` in this folder's modules
+
 from sync_ppo.cli import parse
 from sync_ppo.config import SyncConfig
 

@@ -3,6 +3,7 @@ run directory and reads its saved config."""
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -55,9 +56,9 @@ def test_flags_override_toml_which_overrides_defaults(tmp_path: Path) -> None:
     assert cfg.validation.every_steps == 10  # untouched default
 
 
-def test_default_run_dir_is_timestamped_under_runs() -> None:
-    cfg, _ = parse([])
-    assert Path(cfg.run.dir).parent == Path("runs") / "sync_ppo"
+def test_a_new_run_without_run_dir_is_given_its_directory_when_it_starts() -> None:
+    cfg, resume = parse([])
+    assert not resume and cfg.run.dir == ""  # allocated (unique, under runs/sync_ppo) by the run, not by parsing
 
 
 def test_resume_reads_the_saved_config_and_lets_flags_extend_it(tmp_path: Path) -> None:
@@ -68,6 +69,56 @@ def test_resume_reads_the_saved_config_and_lets_flags_extend_it(tmp_path: Path) 
     assert (cfg.rollout.prompts_per_step, cfg.run.steps) == (3, 5)
 
 
+def _saved_run(tmp_path: Path, *flags: str, checkpoint: int | None = None) -> Path:
+    saved, _ = parse(["--run.dir", str(tmp_path), "--run.steps", "12", *flags])
+    (tmp_path / "config.toml").write_text(to_toml(saved))
+    if checkpoint is not None:
+        (tmp_path / "checkpoints" / str(checkpoint)).mkdir(parents=True)
+        (tmp_path / "checkpoints" / str(checkpoint) / "COMPLETE").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--rollout.prompts_per_step", "16"], ["--run.seed", "3"], ["--task.sort_weight", "0.5"],
+     ["--rollout.samples_per_prompt", "4"], ["--warmup.steps", "5"]],
+)  # fmt: skip
+def test_resume_refuses_a_change_of_the_settings_that_decide_the_data(tmp_path: Path, flags: list[str]) -> None:
+    run = _saved_run(tmp_path, checkpoint=7)
+    with pytest.raises(ValueError, match=re.escape(flags[0][2:]) + r": .* -> "):
+        parse(["--resume", "--run.dir", str(run), *flags])
+    _, resume = parse(["--resume", "--run.dir", str(run), "--allow-changed-data", *flags])
+    assert resume
+
+
+def test_resume_accepts_changes_that_keep_the_data_and_refuses_a_run_already_past_its_steps(tmp_path: Path) -> None:
+    run = _saved_run(tmp_path, checkpoint=12)
+    with pytest.raises(ValueError, match=r"expected run\.steps > 12"):
+        parse(["--resume", "--run.dir", str(run), "--run.steps", "5"])
+    cfg, _ = parse(["--resume", "--run.dir", str(run), "--run.steps", "20", "--optim.lr", "3e-4"])
+    assert (cfg.run.steps, cfg.optim.lr) == (20, 3e-4)
+
+
+def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path: Path) -> None:
+    run = _saved_run(tmp_path)
+    with pytest.raises(ValueError, match="pass --resume"):
+        parse(["--run.dir", str(run)])
+
+
 def test_bad_values_raise_with_got_and_expected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="samples_per_prompt"):
         parse(["--validation.samples_per_prompt", "1", "--run.dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "key"),
+    [("--algorithm.agg_mode", "foo", "algorithm.agg_mode"), ("--optim.lr", "-1", "optim"),
+     ("--train.micro_batch_tokens", "0", "train.micro_batch_tokens"),
+     ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"), ("--train.ppo_epochs", "0", "train.ppo_epochs"),
+     ("--warmup.model_preset", "huge", "warmup.model_preset"), ("--algorithm.clip_low", "5", "clip_low")],
+)  # fmt: skip
+def test_a_bad_setting_fails_at_parse_time_without_touching_the_disk(tmp_path: Path, flag: str, value: str,
+                                                                     key: str) -> None:  # fmt: skip
+    done = subprocess.run([sys.executable, str(APP), flag, value], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2 and key in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []  # no run directory (a plain --resume would pick it up and fail)

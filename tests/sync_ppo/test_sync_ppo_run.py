@@ -56,7 +56,7 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(
     train(straight)
     interrupted = tiny_config(tmp_path / "b", "--run.steps", "1")
     train(interrupted)
-    resumed = tiny_config(tmp_path / "b", "--run.steps", "3")
+    resumed = tiny_config(tmp_path / "b", "--resume", "--run.steps", "3")
     train(resumed, resume=True)
     a = read_metrics(tmp_path / "a" / "metrics.jsonl")
     b = read_metrics(tmp_path / "b" / "metrics.jsonl")

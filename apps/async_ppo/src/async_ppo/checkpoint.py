@@ -2,8 +2,10 @@
 but not trained: queued and in-flight) and `progress.json`.
 
 Taken between two trainer steps, after step `s`'s push: the ledger then holds exactly the prompts that steps
-<= s did not train, so `--resume` re-runs those first and trains none twice. Written to a hidden folder, renamed
-into place, then marked `COMPLETE`; only marked folders are ever loaded (a crash mid-save keeps the previous).
+<= s did not train, so `--resume` re-runs those first and trains none twice. Written to a hidden folder
+(`RunDir.staging`; the trainer actor fsyncs its own files), fsynced, renamed into place, then marked `COMPLETE`
+(`RunDir.commit_checkpoint`); only marked folders are ever loaded (a crash or a full disk mid-save keeps the
+previous), and a partial folder is removed when the run next starts (`RunDir.create`).
 Queued groups are stored as prompt ids, not as responses: they are generated again under the resumed weights.
 """
 
@@ -16,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from run_logging import RunDir
+from run_logging.run_dir import COMPLETE
 
 from async_ppo.ledger import LedgerState
 
 PROGRESS_FILE = "progress.json"
 LEDGER_FILE = "ledger.json"
 TRAINER_DIR = "trainer"
-COMPLETE = "COMPLETE"
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,9 @@ class PipelineProgress:
 
 
 def staging_dir(run: RunDir, step: int) -> Path:
-    """Where the trainer writes its state before `commit_checkpoint` (a hidden sibling of the final folder)."""
-    tmp = run.checkpoint(step).with_name(f".tmp-{step}")
+    """Where the trainer writes its state before `commit_checkpoint` (a hidden sibling of the final folder),
+    created empty."""
+    tmp = run.staging(step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp

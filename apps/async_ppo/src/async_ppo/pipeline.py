@@ -24,16 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 from recipes.setup import RunSetup, prepare_run
 from run_logging import Progress
 
 from async_ppo.broker import Broker
 from async_ppo.checkpoint import PipelineProgress, commit_checkpoint, load_checkpoint, staging_dir
+from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
-from async_ppo.fleet import RolloutFleet
+from async_ppo.fleet import PipelineError, RolloutFleet, cause
 from async_ppo.ledger import LedgerState
 from async_ppo.ray_session import RaySession
 from async_ppo.setup import rollouter_specs, trainer_spec
+from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots
 from async_ppo.trainer_actor import TrainerActor, TrainOutcome
 from async_ppo.validator import Validator
@@ -66,6 +69,7 @@ class Pipeline:
         self.cfg = setup.cfg
         self.session = session
         self.pending_validations: dict[int, Any] = {}
+        self.rows = StepRows(setup.log, next_step=0)
         self.base_val_acc: float | None = None
         self.staged: StagedCheckpoint | None = None
         self.last_step_end = time.perf_counter()
@@ -80,6 +84,7 @@ class Pipeline:
                 raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
             loaded = load_checkpoint(path)
             s.log.truncate_after(loaded.progress.step)
+            self.rows = StepRows(s.log, next_step=loaded.progress.step + 1)
         version = loaded.progress.version if loaded else 0
         self.trainer = (
             ray.remote(TrainerActor)
@@ -93,7 +98,8 @@ class Pipeline:
         )  # fmt: skip
         self.validator = ray.remote(Validator).options(**RaySession.light_options()).remote(
             s.checkpoint_dir, cfg.task, cfg.validation, str(s.run.root), max_len=s.max_len,
-            max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, niceness=cfg.ray.helper_niceness,
+            max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, reward_timeout_s=cfg.rollout.reward_timeout_s,
+            niceness=cfg.ray.helper_niceness,
         )  # fmt: skip
         self.fleet = RolloutFleet(rollouter_specs(s), self.broker, self.session.rollouter_options,
                                   max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s)  # fmt: skip
@@ -102,8 +108,12 @@ class Pipeline:
         if loaded:
             self.base_val_acc = loaded.progress.base_val_acc
             return loaded.progress
-        self.pending_validations[0] = self.validator.validate.remote(None, 0)
+        self._validate(0, None)
         return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
+
+    def _validate(self, step: int, weights: Any) -> None:
+        self.pending_validations[step] = self.validator.validate.remote(weights, step)
+        self.rows.expect_validation(step)
 
     # ------------------------------------------------------------------ one step
     def submit(self, step: int) -> TrainCall:
@@ -115,8 +125,12 @@ class Pipeline:
         """Finishes `call`; queues the next step's update before pushing and logging this one, so the
         trainer never waits for the driver. Returns the step's metrics and the next call (None after the last)."""
         cfg, step = self.cfg, call.step
-        outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}", cfg.ray.stall_timeout_s,
-                                                      self._describe)  # fmt: skip
+        try:
+            outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}",
+                                                          cfg.ray.stall_timeout_s, self._describe)  # fmt: skip
+        except RayActorError as exc:  # the trainer holds the weights and optimiser: no recovery but --resume
+            raise PipelineError(f"the trainer actor died during step {step} ({cause(exc)}); resume from the latest "
+                                "complete checkpoint with --resume") from exc  # fmt: skip
         t1 = time.perf_counter()
         push = step % cfg.pipeline.sync_every == 0 or step == cfg.run.steps
         validate = self.due(step, cfg.validation.every_steps)
@@ -126,10 +140,14 @@ class Pipeline:
         after = self.submit(step + 1) if step < cfg.run.steps else None
         metrics = dict(outcome.metrics)
         if push:
-            metrics["timing/push_s"] = await self.fleet.push(weights, outcome.version, cfg.pipeline.pause_mode)
+            try:
+                metrics["timing/push_s"] = await self.fleet.push(weights, outcome.version, cfg.pipeline.pause_mode)
+            except (PipelineError, RayActorError) as exc:
+                await self._blame_a_dead_trainer(step, exc)
+                raise
             await self.broker.set_served_version.remote(outcome.version)
         if validate:
-            self.pending_validations[step] = self.validator.validate.remote(weights, step)
+            self._validate(step, weights)
         metrics |= await self._queue_metrics()
         now = time.perf_counter()
         metrics["timing/sync_s"] = now - t1
@@ -138,6 +156,15 @@ class Pipeline:
         metrics["perf/samples_per_s"] = metrics["rollout/num_samples"] / metrics["timing/step_s"]
         metrics["perf/rollout_tokens_per_s"] = metrics["rollout/generated_tokens"] / metrics["timing/step_s"]
         return metrics, after
+
+    async def _blame_a_dead_trainer(self, step: int, exc: BaseException) -> None:
+        """A push fails when the weights' owner, the trainer, died (its object-store buckets go with it): say so,
+        rather than blame the rollouter that could not read them."""
+        try:
+            await asyncio.wait_for(self.trainer.get_version.remote(), self.cfg.ray.call_timeout_s)
+        except RayActorError as dead:
+            raise PipelineError(f"the trainer actor died during step {step} ({cause(dead)}); resume from the latest "
+                                "complete checkpoint with --resume") from exc  # fmt: skip
 
     def due(self, step: int, every: int) -> bool:
         return (every > 0 and step % every == 0) or step == self.cfg.run.steps
@@ -157,16 +184,16 @@ class Pipeline:
         }
 
     # ------------------------------------------------------------------ validation, checkpoints
-    async def collect_validations(self, *, wait: bool) -> dict[str, float]:
-        """Logs every finished validation as its own metrics row (its step's); with `wait`, all of them.
+    async def collect_validations(self, *, wait_up_to: int | None = None) -> dict[str, float]:
+        """Adds every finished validation to its step's metrics line; waits for those of steps <= `wait_up_to`.
         Returns the newest collected metrics (for the progress bar)."""
         newest: dict[str, float] = {}
         for step, ref in sorted(self.pending_validations.items()):
             ready, _ = ray.wait([ref], timeout=0)
-            if not ready and not wait:
+            if not ready and (wait_up_to is None or step > wait_up_to):
                 continue
             result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
-            self.setup.log.log(step, result)
+            self.rows.add_validation(step, result)
             if step == 0:
                 self.base_val_acc = result.get("val/greedy_acc")
             del self.pending_validations[step]
@@ -181,13 +208,16 @@ class Pipeline:
         self.staged = StagedCheckpoint(tmp, saved, await self.broker.snapshot.remote())
 
     async def commit_checkpoint(self, progress: PipelineProgress) -> None:
-        """Completes the checkpoint staged at `progress.step` (the base accuracy is awaited: it belongs in it)."""
+        """Completes the checkpoint staged at `progress.step`. The validations of steps <= it are awaited first, so
+        every metrics line up to the checkpoint (validation included) is written before `COMPLETE`: a kill after
+        it loses nothing that `--resume` would not redo."""
         staged, self.staged = self.staged, None
         if staged is None:
             raise RuntimeError(f"commit_checkpoint: no checkpoint was staged at step {progress.step}")
-        if 0 in self.pending_validations:
-            await self.collect_validations(wait=True)
-            progress = dataclasses.replace(progress, base_val_acc=self.base_val_acc)
+        await self.collect_validations(wait_up_to=progress.step)
+        progress = dataclasses.replace(progress, base_val_acc=self.base_val_acc)
+        if self.rows.next_step <= progress.step:
+            raise RuntimeError(f"commit_checkpoint: metrics of steps {self.rows.unwritten} are not written yet")
         await asyncio.wait_for(staged.saved, self.cfg.ray.call_timeout_s)
         commit_checkpoint(self.setup.run, staged.tmp, staged.ledger, progress, keep=self.cfg.run.keep_checkpoints)
 
@@ -206,7 +236,15 @@ class Pipeline:
 
 
 async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
-    setup = prepare_run(cfg)
+    setup = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
+    try:
+        return await _run(setup, resume)
+    finally:
+        setup.close()
+
+
+async def _run(setup: RunSetup, resume: bool) -> RunSummary:
+    cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
     session = RaySession.open(cfg.ray)
     pipe = Pipeline(setup, session)
     t0 = time.perf_counter()
@@ -220,13 +258,13 @@ async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
             while call is not None:
                 step = call.step
                 metrics, call = await pipe.step(call)
-                setup.log.log(step, metrics)
-                bar.update(step, metrics | await pipe.collect_validations(wait=False))
+                pipe.rows.add_training(step, metrics)
+                bar.update(step, metrics | await pipe.collect_validations())
                 progress = PipelineProgress(step, step, cfg.run.seed, pipe.base_val_acc,
                                             elapsed0 + time.perf_counter() - t0)  # fmt: skip
                 if pipe.staged is not None:
                     await pipe.commit_checkpoint(progress)
-            await pipe.collect_validations(wait=True)
+            await pipe.collect_validations(wait_up_to=cfg.run.steps)
         finally:
             bar.close()
         await pipe.stop()

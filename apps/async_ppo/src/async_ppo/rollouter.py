@@ -121,7 +121,9 @@ class Rollouter:
             self._engine().engine, self.tokenizer, requests, tool=self.task.tool,
             partial_rollout=self.spec.partial_rollout, max_resumes=self.spec.rollout.max_resumes,
         )  # fmt: skip
-        scored = score_all(self.tokenizer, self.task.reward_fn, requests, trajectories)
+        # off the event loop: a slow or hung reward (bounded by rollout.reward_timeout_s) never stalls other groups
+        scored = await asyncio.to_thread(score_all, self.tokenizer, self.task.reward_fn, requests, trajectories,
+                                         timeout_s=self.spec.rollout.reward_timeout_s)  # fmt: skip
         group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, time.perf_counter() - t0)
         await self.broker.complete.remote(group)
         self._groups += 1

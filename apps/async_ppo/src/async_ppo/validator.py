@@ -27,10 +27,12 @@ VALIDATOR_SLOTS = 256
 
 class Validator:
     def __init__(self, checkpoint_dir: str, task: TaskConfig, cfg: ValidationConfig, run_dir: str, *, max_len: int,
-                 max_new_tokens: int, seed: int, torch_threads: int = 1, niceness: int = 0) -> None:  # fmt: skip
+                 max_new_tokens: int, seed: int, reward_timeout_s: float, torch_threads: int = 1,
+                 niceness: int = 0) -> None:  # fmt: skip
         torch.set_num_threads(torch_threads)
         os.nice(niceness)
         self.cfg, self.seed, self.max_new_tokens, self.run = cfg, seed, max_new_tokens, RunDir(Path(run_dir))
+        self.reward_timeout_s = reward_timeout_s
         self.tokenizer = load_tokenizer(checkpoint_dir)
         self.task = task.build()
         val = self.task.splits.validation
@@ -48,7 +50,7 @@ class Validator:
             await self.engine.update_weights(state, weights.version)
         result = await validate(
             self.engine, self.tokenizer, self.task.reward_fn, self.examples, self.cfg, step=step, seed=self.seed,
-            max_new_tokens=self.max_new_tokens, tool=self.task.tool,
+            max_new_tokens=self.max_new_tokens, tool=self.task.tool, reward_timeout_s=self.reward_timeout_s,
         )  # fmt: skip
         write_step_dump(self.run.validation(step), DumpKind.VAL, step, result.records)
         return result.metrics

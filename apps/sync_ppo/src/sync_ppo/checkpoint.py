@@ -1,7 +1,9 @@
 """Trainer checkpoints: `checkpoints/<step>/` = the backend state (safetensors + JSON) and `trainer.json`.
 
-A checkpoint is built in a hidden folder, renamed into place, then marked with `COMPLETE`; only marked folders
-are ever loaded (`RunDir.latest_checkpoint`), so a crash mid-save leaves the previous checkpoint in charge.
+A checkpoint is built in a hidden folder (`RunDir.staging`), fsynced, renamed into place, then marked with
+`COMPLETE` (`RunDir.commit_checkpoint`); only marked folders are ever loaded (`RunDir.latest_checkpoint`), so a
+crash or a full disk mid-save leaves the previous checkpoint in charge, and the partial folder is removed when the
+run next starts (`RunDir.create`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from run_logging import RunDir
+from run_logging.run_dir import COMPLETE
 from trainers.backend import BackendState
 
 PROGRESS_FILE = "trainer.json"
-COMPLETE = "COMPLETE"
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,9 @@ class TrainerProgress:
 
 
 def save_checkpoint(run: RunDir, state: BackendState, progress: TrainerProgress, *, keep: int) -> Path:
-    tmp = run.checkpoint(progress.step).with_name(f".tmp-{progress.step}")
+    """Writes the checkpoint of `progress.step`; an OSError while writing (a full disk) propagates, leaving the
+    previous complete checkpoint in charge."""
+    tmp = run.staging(progress.step)
     shutil.rmtree(tmp, ignore_errors=True)
     state.save(tmp)
     (tmp / PROGRESS_FILE).write_text(json.dumps(dataclasses.asdict(progress), indent=1) + "\n")

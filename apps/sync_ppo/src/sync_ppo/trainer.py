@@ -31,6 +31,7 @@ from run_logging import Progress
 from trainers.dumps import DumpKind
 
 from sync_ppo.checkpoint import TrainerProgress, load_checkpoint, save_checkpoint
+from sync_ppo.cli import DEFAULT_RUNS_ROOT
 from sync_ppo.config import SyncConfig
 from sync_ppo.summary import RunSummary, summarize, write_plots
 
@@ -62,7 +63,7 @@ class SyncPPO:
                                           max_resumes=r.max_resumes)  # fmt: skip
         wall = time.perf_counter() - t0
         tokens = sum(v != NOT_SAMPLED for t in trajectories for v in t.token_versions)
-        scored = score_all(s.tokenizer, s.task.reward_fn, requests, trajectories)
+        scored = score_all(s.tokenizer, s.task.reward_fn, requests, trajectories, timeout_s=r.reward_timeout_s)
         metrics = {"timing/generate_s": wall, "rollout/generated_tokens": float(tokens)}
         return scored, metrics | {"perf/rollout_tokens_per_s": tokens / max(wall, 1e-9)}
 
@@ -76,7 +77,8 @@ class SyncPPO:
         s = self.s
         result = await validate(self.engine.engine, s.tokenizer, s.task.reward_fn, s.val_examples(),
                                 self.cfg.validation, step=step, seed=self.cfg.run.seed,
-                                max_new_tokens=s.max_new_tokens, tool=s.task.tool)  # fmt: skip
+                                max_new_tokens=s.max_new_tokens, tool=s.task.tool,
+                                reward_timeout_s=self.cfg.rollout.reward_timeout_s)  # fmt: skip
         write_step_dump(s.run.validation(step), DumpKind.VAL, step, result.records)
         return result.metrics
 
@@ -97,12 +99,16 @@ class SyncPPO:
         return metrics
 
 
-async def _build(cfg: SyncConfig) -> SyncPPO:
-    s = prepare_run(cfg)
-    site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"))
-    engine = await cfg.rollout.engine.build(site)
-    trainer = PolicyTrainer.build(cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id,
-                                  max_new_tokens=s.max_new_tokens, run=s.run)  # fmt: skip
+async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
+    s = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
+    try:
+        site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"))
+        engine = await cfg.rollout.engine.build(site)
+        trainer = PolicyTrainer.build(cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id,
+                                      max_new_tokens=s.max_new_tokens, run=s.run)  # fmt: skip
+    except BaseException:
+        s.close()
+        raise
     return SyncPPO(s, engine, trainer, LocalWeightSync())
 
 
@@ -129,7 +135,7 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
     import torch
 
     torch.set_num_threads(cfg.run.torch_threads)
-    loop = await _build(cfg)
+    loop = await _build(cfg, resume)
     s = loop.s
     t0 = time.perf_counter()
     try:
@@ -155,6 +161,7 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
                 board.close()
     finally:
         await loop.engine.close()
+        s.close()
     if cfg.run.plots:
         write_plots(s.run)
     wall = elapsed0 + time.perf_counter() - t0

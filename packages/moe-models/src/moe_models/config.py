@@ -16,6 +16,33 @@ _FIXED_HF_VALUES: dict[str, object] = {
     "use_sliding_window": False,
 }
 
+# Named model sizes for `MoEConfig.preset`: `tiny` is ~1-2M parameters at vocab ~100, `small` ~10-20M. Kept a
+# literal: rl_tasks reads the names from this file's source, since importing any moe_models module imports torch.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "moe_intermediate_size": 96,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+    },
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 32,
+        "num_experts": 16,
+        "num_experts_per_tok": 2,
+    },
+}
+
 
 @dataclass(frozen=True)
 class MoEConfig:
@@ -114,34 +141,10 @@ class MoEConfig:
 
     @classmethod
     def preset(cls, name: str, *, vocab_size: int, **overrides: Any) -> MoEConfig:
-        """Named sizes. `tiny` is ~1-2M parameters at vocab ~100, `small` ~10-20M."""
-        presets: dict[str, dict[str, Any]] = {
-            "tiny": dict(
-                hidden_size=128,
-                intermediate_size=256,
-                moe_intermediate_size=96,
-                num_hidden_layers=4,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=32,
-                num_experts=8,
-                num_experts_per_tok=2,
-            ),
-            "small": dict(
-                hidden_size=256,
-                intermediate_size=768,
-                moe_intermediate_size=128,
-                num_hidden_layers=8,
-                num_attention_heads=8,
-                num_key_value_heads=4,
-                head_dim=32,
-                num_experts=16,
-                num_experts_per_tok=2,
-            ),
-        }
-        if name not in presets:
-            raise ValueError(f"preset: got {name!r}, expected one of {sorted(presets)}")
-        return cls(vocab_size=vocab_size, **{**presets[name], **overrides})
+        """A size named in `PRESETS`, with `overrides` on top."""
+        if name not in PRESETS:
+            raise ValueError(f"preset: got {name!r}, expected one of {sorted(PRESETS)}")
+        return cls(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The `config.json` content that `transformers.Qwen3MoeConfig` and vLLM read."""

@@ -4,13 +4,16 @@ defaults < `--config FILE` (TOML) < flags. Standard library and run_config only,
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from run_config import add_arguments, resolve
+from run_config import add_arguments, from_dict, resolve
+from run_logging import RunDir
+
+from recipes.resume import check_resume
 
 CONFIG_FILE = "config.toml"
 C = TypeVar("C")
@@ -25,6 +28,11 @@ def app_parser(prog: str, description: str, config_cls: type, runs_root: Path) -
         help=f"continue the run in --run.dir (default: the newest under {runs_root}) from its latest complete "
         "checkpoint, with its saved config.toml as the base of the settings",
     )  # fmt: skip
+    parser.add_argument(
+        "--allow-changed-data", action="store_true",
+        help="with --resume: accept changes of the settings that decide the run's data (seed, task, warm-up, "
+        "prompts_per_step, samples_per_prompt, max_new_tokens, temperature); they are refused otherwise",
+    )  # fmt: skip
     add_arguments(parser, config_cls)
     return parser
 
@@ -37,23 +45,36 @@ def newest_run(root: Path) -> Path:
 
 
 def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path) -> tuple[C, bool]:
-    """The resolved config and whether to resume. A new run without --run.dir gets `<runs_root>/<UTC stamp>`. On
-    resume the run's saved config is the base of the settings (an explicit --config replaces it) and the run
-    directory is pinned."""
+    """The resolved config and whether to resume; every setting is checked here, before anything is built.
+
+    A new run keeps `run.dir` empty when none is given (the run allocates `<runs_root>/<UTC stamp>` when it starts,
+    `recipes.setup.prepare_run`); a given one must not hold a run already. On resume the run's saved config is the
+    base of the settings (an explicit --config replaces it), the run directory is pinned, the settings that decide
+    the run's data must not change (unless `--allow-changed-data`) and `run.steps` must exceed the latest
+    checkpoint's step."""
     cfg = resolve(config_cls, args)
     if not args.resume:
-        if not cfg.run.dir:  # type: ignore[attr-defined]
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-            cfg.run.dir = str(runs_root / stamp)  # type: ignore[attr-defined]
+        if args.allow_changed_data:
+            raise ValueError("--allow-changed-data: expected it with --resume, got a new run")
+        given = Path(cfg.run.dir) if cfg.run.dir else None  # type: ignore[attr-defined]
+        if given is not None and (given / CONFIG_FILE).exists():
+            raise ValueError(
+                f"--run.dir {given}: expected a directory without a run, got one holding {CONFIG_FILE}; pass --resume "
+                "to continue that run, or choose another --run.dir"
+            )
         return cfg, False
     run_dir = Path(cfg.run.dir) if cfg.run.dir else newest_run(runs_root)  # type: ignore[attr-defined]
+    saved_file = run_dir / CONFIG_FILE
+    if not saved_file.is_file():
+        raise ValueError(f"--resume: expected {saved_file}, got no such file")
+    saved = from_dict(config_cls, tomllib.loads(saved_file.read_text()), source=str(saved_file))
     if args.config is None:
-        saved = run_dir / CONFIG_FILE
-        if not saved.is_file():
-            raise ValueError(f"--resume: expected {saved}, got no such file")
-        args.config = saved
+        args.config = saved_file
     cfg = resolve(config_cls, args)
     cfg.run.dir = str(run_dir)  # type: ignore[attr-defined]
+    latest = RunDir(run_dir).latest_checkpoint()
+    check_resume(saved, cfg, None if latest is None else int(latest.name),
+                 allow_changed_data=args.allow_changed_data)  # fmt: skip
     return cfg, True
 
 

@@ -58,6 +58,7 @@ class RolloutConfig:
     temperature: float = _help("sampling temperature of training rollouts (the trainer's log-probs use it too)", 1.0)
     max_new_tokens: int = _help("response budget per turn; 0: the task's longest answer + 1 (EOS)", 0)
     max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
+    reward_timeout_s: float = _help("seconds one reward call may take; then the sample is a counted reward_error", 5.0)
     engine: EngineConfig = field(default_factory=NativeEngineConfig)
 
     def __post_init__(self) -> None:
@@ -71,6 +72,8 @@ class RolloutConfig:
                 f"rollout: expected temperature > 0, max_new_tokens >= 0, max_resumes >= 0; got {self.temperature}, "
                 f"{self.max_new_tokens}, {self.max_resumes}"
             )
+        if not self.reward_timeout_s > 0:
+            raise ValueError(f"rollout.reward_timeout_s: expected > 0, got {self.reward_timeout_s}")
 
 
 @dataclass

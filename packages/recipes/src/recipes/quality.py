@@ -25,7 +25,16 @@ def rollout_metrics(scored: Sequence[ScoredSample], num_padding: int) -> dict[st
         "rollout/response_length_max": float(max(lengths)),
         "rollout/num_turns_mean": statistics.fmean(max(s.trajectory.num_turns, 1) for s in ok),
         "rollout/groups_all_equal_frac": flat_group_fraction(ok),
+        "rollout/singleton_groups": float(singleton_groups(ok)),
     }
+
+
+def singleton_groups(ok: Sequence[ScoredSample]) -> int:
+    """Groups left with one ok sample: a group-relative estimator gives it its raw reward (no baseline)."""
+    sizes: dict[str, int] = {}
+    for s in ok:
+        sizes[s.request.group_id] = sizes.get(s.request.group_id, 0) + 1
+    return sum(n == 1 for n in sizes.values())
 
 
 def flat_group_fraction(ok: Sequence[ScoredSample]) -> float:

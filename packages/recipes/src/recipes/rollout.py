@@ -3,18 +3,26 @@
 All requests go to the engine at once (it batches them). A single-turn task resumes aborted engine calls with
 prompt + tokens so far (`generate_with_resume`); a task with a tool runs `run_agent_loop`: each finished turn's
 text goes to the tool, whose observation is appended with loss mask 0 and routing rows from the next turn's
-prefill. An engine call that raises gives a trajectory with status `error`; a reward function that raises gives a
-sample with status `reward_error`. Both are counted and excluded from training, never scored 0.
+prefill. An engine call that raises gives a trajectory with status `error`; a reward function that raises, or does
+not return within `rollout.reward_timeout_s` seconds, gives a sample with status `reward_error` and the reason.
+Both are counted and excluded from training, never scored 0.
+
+Reward functions run one at a time in a daemon worker thread (so a hung one cannot block the step: its thread is
+abandoned; `score_all` says what happens to it). A reward function therefore must not rely on running in the
+main thread (e.g. `signal.alarm` timeouts of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import ctypes
+import queue
+import threading
+from collections.abc import Callable, Sequence
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt
-from rl_tasks.reward import RewardFn, ScoreStatus, score_safely
+from rl_tasks.reward import RewardFn, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.task import ToolEnv
 from rollout_core import Engine, StopReason, Trajectory, TrajectoryStatus, generate_with_resume, run_agent_loop
 from rollout_core.agent import ToolFn
@@ -74,15 +82,97 @@ def response_text(tokenizer: TaskTokenizer, traj: Trajectory) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[call-arg]
 
 
+REWARD_TIMEOUT_S = 5.0  # the default of `rollout.reward_timeout_s`
+
+
+class RewardAbandoned(BaseException):
+    """Raised inside a reward call that ran past its timeout (a BaseException: `except Exception` does not stop
+    it), so a pure-Python loop ends at its next bytecode instead of running on in the background."""
+
+
+_Job = tuple[Callable[[], ScoredResponse], list[ScoredResponse | BaseException], threading.Event]
+
+
+class _RewardWorker:
+    """One daemon thread that runs reward calls in order (`call`). `abandon` leaves a hung call to itself: the
+    thread gets `RewardAbandoned` raised in it asynchronously and exits once the call returns; being a daemon, it
+    never blocks the process's exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # held around `busy` changes: the thread is alive while busy
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="reward-fn", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while (job := self._jobs.get()) is not None:
+                fn, box, done = job
+                with self._lock:
+                    self._busy = True
+                try:
+                    box.append(fn())
+                except RewardAbandoned:
+                    raise
+                except BaseException as exc:  # e.g. SystemExit from the reward function: the caller re-raises it
+                    box.append(exc)
+                finally:
+                    with self._lock:
+                        self._busy = False
+                    done.set()
+        except RewardAbandoned:
+            return
+
+    def call(self, fn: Callable[[], ScoredResponse], timeout_s: float) -> ScoredResponse | None:
+        """`fn()`, or None when it did not return within `timeout_s` seconds."""
+        box: list[ScoredResponse | BaseException] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        if not done.wait(timeout_s) or not box:
+            return None
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def abandon(self) -> None:
+        self._jobs.put(None)  # the thread exits after the hung call, however that ends
+        with self._lock:
+            if self._busy and self._thread.ident is not None:  # alive: its id cannot belong to another thread
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                           ctypes.py_object(RewardAbandoned))  # fmt: skip
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
 def score_all(tokenizer: TaskTokenizer, reward_fn: RewardFn, requests: Sequence[GenRequest],
-              trajectories: Sequence[Trajectory]) -> list[ScoredSample]:  # fmt: skip
+              trajectories: Sequence[Trajectory], *,
+              timeout_s: float = REWARD_TIMEOUT_S) -> list[ScoredSample]:  # fmt: skip
+    """One ScoredSample per request, in order. Each ok trajectory's reward call may take `timeout_s` seconds; one
+    that does not return by then gives `reward_error` ("TimeoutError: ...") and scoring goes on with the next
+    sample. The hung call is abandoned in its worker thread: `RewardAbandoned` is raised in it (which stops Python
+    code at its next bytecode; a call blocked in C, e.g. `time.sleep` or a regex, runs until it returns), its
+    result is discarded, and the thread exits when the call ends or with the process."""
+    if not timeout_s > 0:
+        raise ValueError(f"score_all: expected timeout_s > 0, got {timeout_s}")
     out = []
-    for request, traj in zip(requests, trajectories, strict=True):
-        if traj.status is not TrajectoryStatus.OK:
-            out.append(ScoredSample(request, traj, "", None, SampleStatus.NOT_OK))
-            continue
-        text = response_text(tokenizer, traj)
-        scored = score_safely(reward_fn, text, request.example)
-        status = SampleStatus.OK if scored.status is ScoreStatus.OK else SampleStatus.REWARD_ERROR
-        out.append(ScoredSample(request, traj, text, scored, status))
+    worker = _RewardWorker()
+    try:
+        for request, traj in zip(requests, trajectories, strict=True):
+            if traj.status is not TrajectoryStatus.OK:
+                out.append(ScoredSample(request, traj, "", None, SampleStatus.NOT_OK))
+                continue
+            text = response_text(tokenizer, traj)
+            example = request.example
+            scored = worker.call(lambda text=text, example=example: score_safely(reward_fn, text, example), timeout_s)
+            if scored is None:
+                worker.abandon()
+                worker = _RewardWorker()
+                msg = f"TimeoutError: the reward function did not return within {timeout_s:g} s (call abandoned)"
+                scored = ScoredResponse(example.uid, example.data_source, ScoreStatus.ERROR, error=msg)
+            status = SampleStatus.OK if scored.status is ScoreStatus.OK else SampleStatus.REWARD_ERROR
+            out.append(ScoredSample(request, traj, text, scored, status))
+    finally:
+        worker.close()
     return out

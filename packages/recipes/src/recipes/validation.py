@@ -18,7 +18,7 @@ from trainers.dumps import DumpRecord
 from recipes.config import ValidationConfig
 from recipes.dumps import dump_record
 from recipes.prompts import sample_seed
-from recipes.rollout import ToolEnv, generate_all, score_all
+from recipes.rollout import REWARD_TIMEOUT_S, ToolEnv, generate_all, score_all
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 
 GREEDY = "greedy"
@@ -78,10 +78,12 @@ def _metrics(scored: Sequence[ScoredSample], n: int) -> dict[str, float]:
 async def validate(
     engine: Engine, tokenizer: TaskTokenizer, reward_fn: RewardFn, examples: Sequence[TaskExample],
     cfg: ValidationConfig, *, step: int, seed: int, max_new_tokens: int, tool: ToolEnv | None = None,
+    reward_timeout_s: float = REWARD_TIMEOUT_S,
 ) -> ValidationResult:  # fmt: skip
     """Runs every validation response through the engine now serving the policy of `step`."""
     requests = _requests(examples, cfg, step, seed, max_new_tokens)
-    scored = score_all(tokenizer, reward_fn, requests, await generate_all(engine, tokenizer, requests, tool=tool))
+    trajectories = await generate_all(engine, tokenizer, requests, tool=tool)
+    scored = score_all(tokenizer, reward_fn, requests, trajectories, timeout_s=reward_timeout_s)
     greedy = [s for s in scored if s.request.params.temperature == 0.0]
     sampled = [s for s in scored if s.request.params.temperature > 0.0]
     metrics: dict[str, float] = {}

@@ -15,7 +15,8 @@ from rl_tasks.dispatch import RewardByDataSource, UnknownDataSourceError
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import ChatMessage, TaskExample
 from rl_tasks.gsm8k import Gsm8kReward, extract_final_answer, normalize_number
-from rl_tasks.loaders import load_dataset_file, load_jsonl, load_parquet
+from rl_tasks.loaders import check_dataset_path, load_dataset_file, load_jsonl, load_parquet
+from rl_tasks.model_presets import model_preset_names
 from rl_tasks.reward import RewardFn, RewardResult, RewardStats, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.sorting import SORT_SOURCE, SortSource
 from rl_tasks.task import Piece, Task, TaskBuilder, TaskSplits, ToolEnv
@@ -49,10 +50,12 @@ __all__ = [
     "ToyTaskConfig",
     "UnknownDataSourceError",
     "build_splits",
+    "check_dataset_path",
     "extract_final_answer",
     "load_dataset_file",
     "load_jsonl",
     "load_parquet",
+    "model_preset_names",
     "normalize_number",
     "score_safely",
     "toy_reward_fn",

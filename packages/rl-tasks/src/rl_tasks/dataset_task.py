@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import TaskExample
 from rl_tasks.gsm8k import Gsm8kReward
-from rl_tasks.loaders import load_dataset_file
+from rl_tasks.loaders import check_dataset_path, load_dataset_file
 from rl_tasks.reward import RewardFn
 from rl_tasks.task import Task, TaskSplits, answer_demonstration
 
 _REWARDS = ("exact", "gsm8k")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,12 @@ class DatasetTaskConfig:
     """`reward`: `exact` (the stripped response equals the ground truth) or `gsm8k` (the extracted final number
     equals the ground truth's). `max_answer_chars`: one response's text budget (EOS excluded); 0 derives it as
     the longest ground truth of either split. `default_data_source` names rows without a `data_source` ('':
-    such rows are refused). The alphabet is every character of the splits' prompts and ground truths."""
+    such rows are refused). The alphabet is every character of the splits' prompts and ground truths.
+
+    Construction checks all that needs no reading of the data, so a bad setting fails when the command line is
+    parsed: `train_file` set, exactly one of `val_file` / `val_size > 0`, and each file set existing with a
+    supported suffix. `build()` reads the files; a read or row error names the config key (`task.train_file`,
+    `task.val_file`), the file, its 1-based line (JSONL) or row (parquet) and the field."""
 
     kind: Literal["dataset"] = "dataset"
     train_file: str = field(
@@ -60,32 +67,32 @@ class DatasetTaskConfig:
 
     def __post_init__(self) -> None:
         if self.kind != "dataset":
-            raise ValueError(f"DatasetTaskConfig.kind: expected 'dataset', got {self.kind!r}")
+            raise ValueError(f"task.kind: expected 'dataset', got {self.kind!r}")
         if self.reward not in _REWARDS:
-            raise ValueError(f"DatasetTaskConfig.reward: expected one of {_REWARDS}, got {self.reward!r}")
+            raise ValueError(f"task.reward: expected one of {_REWARDS}, got {self.reward!r}")
         if self.val_size < 0 or self.max_answer_chars < 0:
             raise ValueError(
-                f"DatasetTaskConfig: expected val_size >= 0 and max_answer_chars >= 0, got {self.val_size}, "
-                f"{self.max_answer_chars}"
+                f"task: expected val_size >= 0 and max_answer_chars >= 0, got {self.val_size}, {self.max_answer_chars}"
             )
-
-    def _load(self, path: str) -> list[TaskExample]:
-        examples = load_dataset_file(path, default_data_source=self.default_data_source or None)
-        if not examples:
-            raise ValueError(f"DatasetTaskConfig: expected at least one row in {path}, got none")
-        return examples
-
-    def build_splits(self) -> TaskSplits:
         if not self.train_file:
-            raise ValueError("DatasetTaskConfig.train_file: expected a .parquet or .jsonl path, got ''")
+            raise ValueError("task.train_file: expected a .parquet, .jsonl or .json path, got ''")
         if bool(self.val_file) == (self.val_size > 0):
             raise ValueError(
-                f"DatasetTaskConfig: expected exactly one of val_file or val_size > 0, got "
-                f"val_file={self.val_file!r}, val_size={self.val_size}"
+                f"task: expected exactly one of val_file or val_size > 0, got val_file={self.val_file!r}, "
+                f"val_size={self.val_size}"
             )
-        train = self._load(self.train_file)
+        _keyed("task.train_file", check_dataset_path, self.train_file)
         if self.val_file:
-            return TaskSplits(train=tuple(train), validation=tuple(self._load(self.val_file)))
+            _keyed("task.val_file", check_dataset_path, self.val_file)
+
+    def _load(self, key: str, path: str) -> list[TaskExample]:
+        return _keyed(key, load_dataset_file, path, default_data_source=self.default_data_source or None)
+
+    def build_splits(self) -> TaskSplits:
+        """Reads the files (again checking that they exist); a file or row error names its config key."""
+        train = self._load("task.train_file", self.train_file)
+        if self.val_file:
+            return TaskSplits(train=tuple(train), validation=tuple(self._load("task.val_file", self.val_file)))
         return hold_out(train, self.val_size, self.seed, self.train_file)
 
     def reward_fn(self) -> RewardFn:
@@ -112,14 +119,25 @@ def hold_out(rows: list[TaskExample], size: int, seed: int, where: str) -> TaskS
     """`size` rows picked by a permutation seeded with `seed` as validation (file order kept); train is the
     other rows minus those repeating a validation prompt. Raises when no train row would be left."""
     if size >= len(rows):
-        raise ValueError(f"{where}: expected more than val_size={size} rows to hold out from, got {len(rows)}")
+        raise ValueError(f"task.val_size: expected fewer than the {len(rows)} rows of {where}, got {size}")
     picked = set(np.random.default_rng(seed).permutation(len(rows))[:size].tolist())
     validation = tuple(ex for i, ex in enumerate(rows) if i in picked)
     held = {ex.prompt for ex in validation}
     train = tuple(ex for i, ex in enumerate(rows) if i not in picked and ex.prompt not in held)
     if not train:
-        raise ValueError(f"{where}: every train row repeats a held-out prompt; expected at least one train row left")
+        raise ValueError(
+            f"{where}: expected at least one train row whose prompt is not held out (task.val_size), got none: every "
+            "train row repeats a held-out prompt"
+        )
     return TaskSplits(train=train, validation=validation)
+
+
+def _keyed(key: str, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
+    """`fn(*args, **kwargs)`, its ValueError prefixed with the config `key` it concerns."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from exc
 
 
 def _file_sha256(path: str) -> str:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
+from rl_tasks.model_presets import model_preset_names
 from rl_tasks.task import Piece, Task, TaskBuilder
 
 if TYPE_CHECKING:
@@ -39,9 +40,10 @@ METADATA_FILE = "warmup.json"
 @dataclass(frozen=True)
 class WarmupConfig:
     """`steps` optimizer steps of `examples_per_step` train examples each; AdamW at `lr` after a linear
-    ramp over `lr_warmup_steps`. `model_preset` names a `MoEConfig.preset`. `torch_threads` sets torch's
-    intra-op threads while warming up (None: leave torch's setting); the default is 1 because on a shared
-    2-core machine a second thread made each step several times slower (spinning), not faster."""
+    ramp over `lr_warmup_steps`. `model_preset` names a `MoEConfig.preset` (checked here, without importing
+    torch). `torch_threads` sets torch's intra-op threads while warming up (None: leave torch's setting); the
+    default is 1 because on a shared 2-core machine a second thread made each step several times slower
+    (spinning), not faster."""
 
     steps: int = field(default=150, metadata={"help": "supervised optimiser steps (0: the random model)"})
     examples_per_step: int = field(default=64, metadata={"help": "training examples per step"})
@@ -65,6 +67,9 @@ class WarmupConfig:
             raise ValueError(f"WarmupConfig: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"WarmupConfig.torch_threads: expected None or >= 1, got {self.torch_threads}")
+        presets = model_preset_names()
+        if self.model_preset not in presets:
+            raise ValueError(f"warmup.model_preset: expected one of {list(presets)}, got {self.model_preset!r}")
 
     def cache_fields(self) -> dict[str, object]:
         """Fields that change the weights (`torch_threads` does not)."""

@@ -4,5 +4,16 @@ from run_logging.metrics_log import MetricsLog, read_metrics
 from run_logging.plots import Panel, plot_histogram, plot_metrics
 from run_logging.progress import Progress
 from run_logging.run_dir import RunDir
+from run_logging.run_lock import RunLock, allocate_run_dir
 
-__all__ = ["MetricsLog", "Panel", "Progress", "RunDir", "plot_histogram", "plot_metrics", "read_metrics"]
+__all__ = [
+    "MetricsLog",
+    "Panel",
+    "Progress",
+    "RunDir",
+    "RunLock",
+    "allocate_run_dir",
+    "plot_histogram",
+    "plot_metrics",
+    "read_metrics",
+]

@@ -12,10 +12,23 @@ the step's metrics.
 
 Every `mismatch/*` metric covers only tokens sampled by the weights the trainer holds (`/tokens` counts them): in
 synchronous training all of them, in asynchronous training the fresh ones.
+
+Non-finite values stop the run at once, before they reach the weights where that is possible (`NonFiniteError`,
+naming the step and the metric; the step is `backend.version + 1`, the run's step in both apps):
+- advantages: checked before the first optimiser step (after the no-grad scoring they may need): none is taken;
+- a mini-batch's loss (`actor/loss`, the sum of its micro-batches' losses, with every non-finite loss metric
+  listed): checked after its backward and before its optimiser step, so that step is never taken and the weights
+  and optimiser moments are those before it (earlier mini-batches of the same update stay applied). Under data
+  parallelism the ranks agree (one all-reduce of the verdict) and all raise together;
+- the gradient norm (`actor/grad_norm`): the backend clips and steps in one call, so a non-finite norm with a
+  finite loss is detected right after that step: the error says the weights in memory are not to be saved;
+- any other metric that is NaN (but `mismatch/*`): raised at the step's end (`StepMetrics.result`).
+No step is skipped silently; the remedy is `--resume` from the last complete checkpoint (taken before the error).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +44,7 @@ from trainers.backend.protocol import PolicyRole, TrainingBackend
 from trainers.batch import TrainBatch
 from trainers.padding import PaddingNotInertError
 from trainers.rollout_correction import rollout_correction
-from trainers.step_metrics import StepMetrics
+from trainers.step_metrics import NonFiniteError, StepMetrics
 from trainers.step_plan import MiniBatchPlan, StepPlan
 from trainers.train_config import TrainLoopConfig
 
@@ -100,13 +113,16 @@ def _inert(log_probs: torch.Tensor) -> LossOutputs:
 
 
 def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, plan: MiniBatchPlan,
-                    t: _Tensors, replay: bool, metrics: StepMetrics, capture: torch.Tensor | None) -> None:  # fmt: skip
+                    t: _Tensors, replay: bool, metrics: StepMetrics, capture: torch.Tensor | None, step: int,
+                    where: str) -> None:  # fmt: skip
     """One optimiser step on one mini-batch (this rank's share); fills `capture` with the micro-batches'
-    pre-update log-probs when given."""
+    pre-update log-probs when given. Raises `NonFiniteError` (and takes no step) on a non-finite loss; `where`
+    names the mini-batch in its message."""
     if plan.num_tokens == 0:
         metrics.add_count("actor/skipped_empty_mini_batches")
         return
     backend.zero_grad()
+    outputs: list[tuple[LossOutputs, float]] = []
     for rows, tokens in zip(plan.micro, plan.micro_tokens, strict=True):
         if rows is None:
             backend.forward_backward(select_rows(batch, [plan.local[0]]), _inert, replay=replay)
@@ -124,8 +140,55 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
                 is_weights=None if t.is_weights is None else t.is_weights[rows, :width],
             ))  # fmt: skip
 
-        metrics.add_micro(backend.forward_backward(sub, loss_fn, replay=replay), tokens)
-    metrics.add_step(backend.optimizer_step())
+        out = backend.forward_backward(sub, loss_fn, replay=replay)
+        outputs.append((out, tokens))
+        metrics.add_micro(out, tokens)
+    _check_loss(outputs, backend, step, where)
+    grad_norm = backend.optimizer_step()
+    metrics.add_step(grad_norm)
+    if not bool(torch.isfinite(grad_norm)):
+        raise NonFiniteError(
+            f"step {step}, {where}: actor/grad_norm is {float(grad_norm)} with a finite loss, expected a finite "
+            "gradient norm. The backend clips and steps in one call, so this optimiser step was applied: the weights "
+            "in memory may not be finite and must not be saved; resume from the last checkpoint",
+            metric="actor/grad_norm", step=step,
+        )  # fmt: skip
+
+
+def _check_loss(outputs: Sequence[tuple[LossOutputs, float]], backend: TrainingBackend, step: int,
+                where: str) -> None:  # fmt: skip
+    """Raises `NonFiniteError` before the optimiser step when the mini-batch's loss is not finite on any rank (one
+    host synchronisation, plus one all-reduce under data parallelism so every rank raises together)."""
+    total = torch.stack([o.loss.detach().double() for o, _ in outputs]).sum() if outputs else None
+    bad = torch.zeros((), dtype=torch.float64) if total is None else (~torch.isfinite(total)).double()
+    dp = backend.data_parallel
+    if dp is not None:
+        bad = dp.sum(bad.reshape(1))[0]
+    if not bool(bad):
+        return
+    # the means of a micro-batch without loss tokens are never used (StepMetrics.add_micro): not culprits
+    named = [(k, v) for o, tokens in outputs for part in (o.sums, o.maxima, o.means if tokens > 0 else {})
+             for k, v in part.items()]  # fmt: skip
+    culprits = sorted({k for k, v in named if not bool(torch.isfinite(v))})
+    value = "finite here, not finite on another rank" if total is None or bool(torch.isfinite(total)) else total.item()
+    raise NonFiniteError(
+        f"step {step}, {where}: actor/loss is {value} (non-finite metrics: {culprits or 'none'}), expected a finite "
+        "loss. No optimiser step was taken on it: the weights and optimiser state are those before this mini-batch; "
+        "resume from the last checkpoint",
+        metric="actor/loss", step=step,
+    )  # fmt: skip
+
+
+def _check_advantages(batch: TrainBatch, tokens: torch.Tensor, per_sample: Sequence[float], step: int) -> None:
+    rows = ~torch.isfinite(tokens.detach().cpu()).all(dim=-1)
+    bad = [batch.uids[i] for i, (r, a) in enumerate(zip(rows.tolist(), per_sample, strict=True))
+           if r or not math.isfinite(a)]  # fmt: skip
+    if bad:
+        raise NonFiniteError(
+            f"step {step}: advantages are not finite for {len(bad)} samples ({bad[:5]}), expected finite advantages "
+            "(a reward, value or reference log-prob diverged). No optimiser step was taken: the weights are untouched",
+            metric="advantages", step=step,
+        )  # fmt: skip
 
 
 def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
@@ -145,6 +208,7 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     ref = score(backend, dev, budget, replay=replay, role="reference") if algorithm.needs_reference else None
     adv = algorithm.advantages(batch, old, ref)
     per_sample = adv.per_sample.tolist()
+    _check_advantages(batch, adv.tokens, per_sample, version + 1)
     _check_pads(batch, per_sample)
     metrics = StepMetrics()
     metrics.add(adv.metrics)
@@ -163,7 +227,8 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     for epoch in range(cfg.ppo_epochs):
         for i, mini in enumerate(plan.mini_batches):
             capture = first if epoch == 0 and i == 0 else None
-            _optimizer_step(backend, algorithm, dev, mini, t, replay, metrics, capture)
+            _optimizer_step(backend, algorithm, dev, mini, t, replay, metrics, capture, version + 1,
+                            f"epoch {epoch}, mini-batch {i}")  # fmt: skip
     metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0].local, replay))
     backend.advance_version()
     dp = backend.data_parallel
@@ -171,7 +236,7 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     if dp is not None and pg is not None:
         metrics.set_sum("actor/pg_loss", dp.sum(pg))  # each rank holds its share of the sum
     metrics.add({"actor/lr": backend.learning_rate, "actor/loss_tokens": count_tokens(batch.response_mask)})
-    return StepResult(metrics.result(), per_sample)
+    return StepResult(metrics.result(step=version + 1), per_sample)
 
 
 def _replay_mismatch(batch: TrainBatch, version: int, old: torch.Tensor | None, first: torch.Tensor | None,

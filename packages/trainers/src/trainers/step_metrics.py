@@ -4,7 +4,8 @@ Combination rules: micro-batch `means` are weighted by their loss tokens (a host
 micro-batches and divided by the number of optimiser steps (their sum over a mini-batch is its loss, the result
 the mean over optimiser steps); `maxima` keep the largest; grad norms give `actor/grad_norm` (mean) and
 `actor/grad_norm_max`. Accumulation is in float64, in the order the values arrive, so a result does not depend on
-where the device synchronises.
+where the device synchronises. A NaN metric (other than `mismatch/*`) is a `NonFiniteError` naming the metric and
+the step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ import torch
 from trainers.algorithm.loss_io import LossOutputs
 
 MISMATCH_TOKENS = "/tokens"
+
+
+class NonFiniteError(ValueError):
+    """A loss, gradient norm, advantage or metric of an update that is not a finite number. `metric` names it;
+    `step` is the update (`backend.version + 1` before it: the step that turns weights `step - 1` into `step`)."""
+
+    def __init__(self, message: str, *, metric: str, step: int) -> None:
+        super().__init__(message)
+        self.metric, self.step = metric, step
 
 
 class StepMetrics:
@@ -60,9 +70,9 @@ class StepMetrics:
     def set_sum(self, key: str, value: torch.Tensor) -> None:
         self._sums[key] = value
 
-    def result(self) -> dict[str, float]:
+    def result(self, *, step: int) -> dict[str, float]:
         """Every metric as a float, with one transfer to the host. A mismatch prefix that compared no token keeps
-        only its count (`<prefix>/tokens` = 0)."""
+        only its count (`<prefix>/tokens` = 0). `step` names the update in a `NonFiniteError`."""
         steps = len(self._grad_norms)
         out: dict[str, torch.Tensor | float] = {k: v / self._weights[k] for k, v in self._weighted.items()}
         out |= {k: v / max(steps, 1) for k, v in self._sums.items()}
@@ -76,6 +86,13 @@ class StepMetrics:
             out["actor/grad_norm_max"] = torch.stack([g.double() for g in self._grad_norms]).max()
         out |= self._values
         floats = _to_floats(out)
+        nan = sorted(k for k, v in floats.items() if math.isnan(v) and not k.startswith("mismatch/"))
+        if nan:
+            raise NonFiniteError(
+                f"step {step}: metric {nan[0]} is NaN (a loss or statistic diverged; all NaN: {nan}), expected a "
+                "number. The step's optimiser steps were applied: resume from the last checkpoint",
+                metric=nan[0], step=step,
+            )  # fmt: skip
         empty = [k[: -len(MISMATCH_TOKENS)] for k, v in floats.items() if k.endswith(MISMATCH_TOKENS) and v == 0]
         return {k: v for k, v in floats.items() if not any(k.startswith(p + "/") and k != p + MISMATCH_TOKENS
                                                             for p in empty)}  # fmt: skip
@@ -91,7 +108,4 @@ def _to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     for keys in by_device.values():
         stacked = torch.stack([values[k].detach().reshape(()).double() for k in keys])  # type: ignore[union-attr]
         out |= dict(zip(keys, stacked.tolist(), strict=True))
-    for k, v in out.items():
-        if math.isnan(v) and not k.startswith("mismatch/"):
-            raise ValueError(f"metric {k}: got NaN (a loss or statistic diverged), expected a number")
     return out

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 TENSORS_FILE = "backend.safetensors"
 META_FILE = "backend.json"
 FORMAT_VERSION = 1
+
+
+def _fsync(path: Path) -> None:
+    """Flushes a file's or a folder's data and metadata to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -28,11 +39,19 @@ class BackendState:
     optimizer_param_names: list[str] = field(default_factory=list)
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Writes `backend.safetensors` then `backend.json` into `directory` (created if missing)."""
+        """Writes `backend.safetensors` then `backend.json` into `directory` (created if missing) and fsyncs both
+        and the folder before returning, in the writing process (on a shared file system the process that commits
+        the checkpoint may be another). A failed write (e.g. `OSError` ENOSPC: the disk is full) raises and leaves
+        a partial folder: the caller stages into a folder that is never loaded until it is marked complete."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.tensors.items()}
-        save_file(tensors, str(out / TENSORS_FILE))
+        try:
+            save_file(tensors, str(out / TENSORS_FILE))
+        except SafetensorError as exc:  # its I/O errors (a full disk) are not OSErrors: give callers one
+            code = re.search(r"os error (\d+)", str(exc))
+            raise OSError(int(code.group(1)) if code else None,
+                          f"BackendState.save: writing {out / TENSORS_FILE} failed: {exc}") from exc  # fmt: skip
         meta = {
             "format": FORMAT_VERSION,
             "version": self.version,
@@ -40,6 +59,8 @@ class BackendState:
             "optimizer_param_names": self.optimizer_param_names,
         }
         (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        for path in (out / TENSORS_FILE, out / META_FILE, out):
+            _fsync(path)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> BackendState:
