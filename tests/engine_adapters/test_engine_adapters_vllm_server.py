@@ -6,12 +6,16 @@ Reference numbers come from transformers' Qwen3MoeForCausalLM loaded from the sa
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_adapters.vllm import PauseMode, VLLMEngine, VLLMServer, VLLMServerConfig
+from engine_adapters.vllm import SERVER_NICE, PauseMode, VLLMEngine, VLLMServer, VLLMServerConfig
 from engine_adapters_vllm_fixtures import VLLM_PYTHON, ServedModel, requires_vllm_env
 from rollout_core import SamplingParams, StopReason, Trajectory, generate_with_resume
 from rollout_core.testing import engine_contract
@@ -151,8 +155,10 @@ async def _generate_across_update(
 ) -> tuple[Trajectory, int]:
     """generate_with_resume with a weight update pushed once the call has streamed 16 tokens.
 
-    On a CPU shared with other jobs vLLM's API server can be starved long enough for the whole generation to
-    finish before the pause lands; such attempts (all tokens under one version) are retried with another seed.
+    The push lands mid-generation only if this process gets the CPU while vLLM generates (see
+    `engine_adapters.vllm.cpu_priority`: at the caller's priority, vLLM's busy-waiting processes kept it off
+    the CPU until the call had finished, in more than half of the attempts measured). An attempt whose call
+    ended before the pause (all tokens under one version, e.g. an early stop token) is retried with another seed.
     Returns (trajectory, version before the update).
     """
     engine = await VLLMEngine.connect(served.server.base_url, routing=served.routing)
@@ -193,3 +199,59 @@ def test_resume_across_abort_update_keeps_rows_of_the_aborted_call(served: Serve
     assert traj.token_versions == sorted(traj.token_versions)
     if served.routing == "extension":  # vLLM's native capture returns no rows for aborted calls
         _assert_rows_follow_tokens(traj, len(prompt))
+
+
+# sleeps 10 ms at a time for argv[1] seconds; prints its worst oversleep (the time it waited for a CPU)
+HEARTBEAT = (
+    "import sys, time\n"
+    "end, worst = time.monotonic() + float(sys.argv[1]), 0.0\n"
+    "while time.monotonic() < end:\n"
+    "    t = time.monotonic(); time.sleep(0.01); worst = max(worst, time.monotonic() - t - 0.01)\n"
+    "print(worst)\n"
+)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Processes of session `sid` (field 6 of /proc/<pid>/stat): the server and vLLM's engine core and worker."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads sessions from Linux /proc")
+def test_a_generating_server_leaves_other_processes_the_cpu(served: ServedModel) -> None:
+    """Without its lower priority, a process in another session waited up to 3.6 s for a CPU while vLLM generated
+    (Linux 6.18, 2 cores): the heartbeat's worst wait must stay far below that."""
+    process = served.server.process
+    assert process is not None
+    session = _session_pids(process.pid)
+    assert len(session) >= 3, f"expected the API server, engine core and worker in session {process.pid}: {session}"
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in session} == {SERVER_NICE}
+    window_s = 4.0
+    heartbeat = subprocess.Popen(
+        [sys.executable, "-c", HEARTBEAT, str(window_s)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+    async def generate_for(seconds: float) -> int:
+        engine = await VLLMEngine.connect(served.server.base_url, routing=served.routing)
+        tokens, end, i = 0, time.monotonic() + seconds, 0
+        try:
+            while time.monotonic() < end:
+                params = SamplingParams(max_new_tokens=2000, temperature=1.0, seed=i, return_routed_experts=False)
+                tokens += len((await engine.generate(f"cpu-share-{i}", [21, 22, 23], params)).token_ids)
+                i += 1
+        finally:
+            await engine.close()
+        return tokens
+
+    generated = asyncio.run(generate_for(window_s))
+    worst_wait = float(heartbeat.communicate(timeout=60)[0])
+    assert generated > 500, f"vLLM generated only {generated} tokens in {window_s} s"
+    assert worst_wait < 0.5, f"a process outside the server waited {worst_wait:.2f} s for a CPU while vLLM generated"

@@ -1,6 +1,7 @@
 """vLLM behind `rollout_core.Engine`: server process, HTTP client, stream parsing, adapter, worker extension."""
 
 from engine_adapters.vllm.client import PauseMode, VLLMClient
+from engine_adapters.vllm.cpu_priority import SERVER_NICE, lower_cpu_priority
 from engine_adapters.vllm.engine import VLLMEngine, engine_request_id
 from engine_adapters.vllm.response import ResponseStatus, VLLMGenerateError, VLLMResponse, parse_versions
 from engine_adapters.vllm.server import (
@@ -16,6 +17,7 @@ from engine_adapters.vllm.server import (
 __all__ = [
     "EXTENSION_CLS",
     "EXTENSION_DIR",
+    "SERVER_NICE",
     "PauseMode",
     "ResponseStatus",
     "RoutingSource",
@@ -28,5 +30,6 @@ __all__ = [
     "VLLMServerError",
     "default_python",
     "engine_request_id",
+    "lower_cpu_priority",
     "parse_versions",
 ]

@@ -124,7 +124,12 @@ class VLLMEngine:
         return self._spec
 
     def progress(self, request_id: str) -> int | None:
-        """Tokens received so far by the in-flight call `request_id`; None when no such call is running."""
+        """Tokens received so far by the in-flight call `request_id`; None when no such call is running.
+
+        What this process has read, not what vLLM has generated: a client starved of CPU reads late (by a whole
+        generation while vLLM's busy-waiting server had the CPU, before `cpu_priority`), and a pause or abort it
+        sends then may find the call already finished.
+        """
         call = self._calls.get(request_id)
         return None if call is None else len(call.response.token_ids)
 

@@ -7,7 +7,10 @@ process speaking HTTP on 127.0.0.1. Invariants:
 - `start()` returns only once `/health` answers 200; otherwise it raises `VLLMServerError` carrying the last
   lines of the server's log;
 - our worker extension (`worker_ext/moe_rl_vllm_ext.py`) is always loaded; with `routing="extension"` (the CPU
-  path) prefix caching is off and the model runs eagerly, which the extension's router capture needs.
+  path) prefix caching is off and the model runs eagerly, which the extension's router capture needs;
+- a server process we own runs at nice `nice` (default `SERVER_NICE`), its session's autogroup too: vLLM's
+  busy-waiting engine core and worker would otherwise starve every other process while it generates, its
+  client included (see `cpu_priority`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+
+from engine_adapters.vllm.cpu_priority import SERVER_NICE, check_nice, lower_cpu_priority
 
 EXTENSION_DIR = Path(__file__).resolve().parent / "worker_ext"
 EXTENSION_CLS = "moe_rl_vllm_ext.RolloutWorkerExtension"
@@ -70,8 +75,12 @@ class VLLMServerConfig:
     seed: int = 0
     served_model_name: str = "policy"
     startup_timeout_s: float = 600.0
+    nice: int = SERVER_NICE  # CPU priority of the server's session and processes (0: the caller's)
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_nice(self.nice)
 
     def command(self, port: int) -> list[str]:
         cmd = [
@@ -111,13 +120,24 @@ class VLLMServerConfig:
 class VLLMServer:
     """A running (or attached) vLLM server. Use `VLLMServer.launch(config)` or `VLLMServer.attach(url)`."""
 
-    def __init__(self, base_url: str, *, process: subprocess.Popen[bytes] | None = None, log_path: Path | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        process: subprocess.Popen[bytes] | None = None,
+        log_path: Path | None = None,
+        nice: int = SERVER_NICE,
+    ) -> None:
+        """`process`: the server (or a launcher in the server's session) just started by the caller, which this
+        object then owns: its CPU priority is lowered to `nice` (see `cpu_priority`) and `stop()` kills its group."""
         self.base_url = base_url.rstrip("/")
         self.process = process
         self.log_path = log_path
         self.startup_s: float | None = None
         if process is not None:
             atexit.register(self.stop)
+            with contextlib.suppress(ProcessLookupError):  # it already exited: wait_healthy reports why, with its log
+                lower_cpu_priority(process.pid, nice)
 
     @classmethod
     def attach(cls, base_url: str, *, timeout_s: float = 30.0) -> VLLMServer:
@@ -140,7 +160,7 @@ class VLLMServer:
                 config.command(port), stdout=log, stderr=subprocess.STDOUT, env=config.environment(),
                 start_new_session=True,
             )  # fmt: skip
-        server = cls(f"http://127.0.0.1:{port}", process=process, log_path=Path(log_name))
+        server = cls(f"http://127.0.0.1:{port}", process=process, log_path=Path(log_name), nice=config.nice)
         try:
             server.wait_healthy(config.startup_timeout_s)
         except BaseException:
