@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 from run_logging import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -25,11 +24,14 @@ TINY = [
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session() -> Iterator[None]:
+    """One loopback-only Ray for the module, its temp dir removed afterwards (as the app's own)."""
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=f"/tmp/apps_eq_{os.getpid()}", configure_logging=False,
-             log_to_driver=False)  # fmt: skip
+    from async_ppo.config import RayConfig
+    from async_ppo.ray_session import LocalRay
+
+    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apps_eq_{os.getpid()}"), num_cpus=2, log_to_driver=False)
     yield
-    ray.shutdown()
+    local.stop()
 
 
 def test_max_staleness_zero_gives_the_metrics_of_sync_ppo(tmp_path: Path) -> None:

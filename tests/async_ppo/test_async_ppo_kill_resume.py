@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ def _kill_everything(proc: subprocess.Popen[bytes], ray_dir: str) -> None:
     proc.wait(timeout=30)
     subprocess.run(["pkill", "-9", "-f", ray_dir], check=False)
     time.sleep(1.0)
+    shutil.rmtree(ray_dir, ignore_errors=True)  # a kill -9 leaves the app no chance to remove it
 
 
 def test_kill_9_then_resume_trains_every_prompt_exactly_once(tmp_path: Path, warmup_cache: Path) -> None:

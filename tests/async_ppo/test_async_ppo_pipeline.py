@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import ray
-from async_ppo.config import AsyncConfig
+from async_ppo.config import AsyncConfig, RayConfig
 from async_ppo.fleet import PipelineError
 from async_ppo.ledger import LedgerState
 from async_ppo.pipeline import train
+from async_ppo.ray_session import LocalRay
 from async_ppo_helpers import trained_prompt_indices
 from rollout_core import TrajectoryStatus
 from run_logging import read_metrics
@@ -24,10 +24,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}",
-             configure_logging=False, log_to_driver=False)  # fmt: skip
+    """One loopback-only Ray for the module, its temp dir removed afterwards (as the app's own)."""
+    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}"), num_cpus=2,
+                           log_to_driver=False)  # fmt: skip
     yield
-    ray.shutdown()
+    local.stop()
 
 
 def _ledger(run_dir: Path, step: int) -> LedgerState:

@@ -4,6 +4,7 @@ Ray's object store the handle carries references only and the buckets arrive zer
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -82,3 +83,4 @@ def test_ray_sync_moves_references_and_delivers_the_same_weights(tmp_path) -> No
         assert remote == {k: (str(v.dtype), v.float().sum().item()) for k, v in weights.items()}
     finally:
         ray.shutdown()
+        shutil.rmtree(f"/tmp/ws_{os.getpid()}", ignore_errors=True)

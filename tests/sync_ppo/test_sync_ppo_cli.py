@@ -114,7 +114,8 @@ def test_bad_values_raise_with_got_and_expected(tmp_path: Path) -> None:
     ("flag", "value", "key"),
     [("--algorithm.agg_mode", "foo", "algorithm.agg_mode"), ("--optim.lr", "-1", "optim"),
      ("--train.micro_batch_tokens", "0", "train.micro_batch_tokens"),
-     ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"), ("--train.ppo_epochs", "0", "train.ppo_epochs"),
+     ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"),
+     ("--train.ppo_epochs", "0", "train.ppo_epochs"),
      ("--warmup.model_preset", "huge", "warmup.model_preset"), ("--algorithm.clip_low", "5", "clip_low")],
 )  # fmt: skip
 def test_a_bad_setting_fails_at_parse_time_without_touching_the_disk(tmp_path: Path, flag: str, value: str,

@@ -51,7 +51,23 @@ class PipelineConfig:
 @dataclass
 class RayConfig:
     address: str = _help("Ray cluster to attach to (empty: start a local Ray, dashboard off)", "")
+    node_ip: str = _help(
+        "IP address of a local Ray's node: 127.0.0.1 keeps every Ray port (GCS, raylet, object manager, workers, "
+        "agents) on loopback; another address of this machine is advertised and Ray listens on all interfaces "
+        "(an attached cluster keeps its own addresses)",
+        "127.0.0.1",
+    )
     temp_dir: str = _help("local Ray's temp dir (empty: /tmp/async_ppo_ray_<pid>)", "")
+    keep_temp_dir: bool = _help(
+        "keep the local Ray's temp dir (logs, session files) after the run; false: removed when the run ends, after "
+        "an error too (an existing dir loses only this run's session_* entry)",
+        False,
+    )
+    node_startup_timeout_s: int = _help(
+        "seconds a local Ray's node may take to start, for each of Ray's two waits (GCS port, raylet registration; "
+        "Ray's own default is 30 s each); at least 30",
+        120,
+    )
     num_rollouters: int = _help("rollouter actors (each owns one engine)", 1)
     rollouter_cpus: float = _help("CPUs reserved per rollouter", 1.0)
     trainer_cpus: float = _help("CPUs reserved for the trainer (its torch threads: run.torch_threads)", 1.0)
@@ -75,6 +91,29 @@ class RayConfig:
             )
         if min(self.rollouter_cpus, self.trainer_cpus, self.rollouter_gpus, self.trainer_gpus) < 0:
             raise ValueError("ray: expected non-negative CPU and GPU reservations")
+        if self.node_startup_timeout_s < 30:
+            raise ValueError(
+                f"ray.node_startup_timeout_s: expected >= 30 (Ray waits at least 30 s for its raylet), got "
+                f"{self.node_startup_timeout_s}"
+            )
+        self._check_node_ip()
+
+    def _check_node_ip(self) -> None:
+        import ipaddress
+
+        try:
+            ip = ipaddress.ip_address(self.node_ip)
+        except ValueError:
+            raise ValueError(f"ray.node_ip: expected an IP address, got {self.node_ip!r}") from None
+        if ip.is_unspecified or (ip.is_loopback and self.node_ip != "127.0.0.1"):
+            raise ValueError(
+                f"ray.node_ip: expected 127.0.0.1 (loopback only) or an address of this machine, got {self.node_ip}:"
+                " Ray binds loopback only for exactly 127.0.0.1 and all interfaces otherwise"
+            )
+        if self.address and self.node_ip != "127.0.0.1":
+            raise ValueError(
+                f"ray.node_ip: applies to a local Ray only, got {self.node_ip} with ray.address {self.address!r}"
+            )
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
+from recipes.cli import exit_on_sigterm
 from recipes.setup import RunSetup, prepare_run
 from run_logging import Progress
 
@@ -246,6 +247,7 @@ async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
 async def _run(setup: RunSetup, resume: bool) -> RunSummary:
     cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
     session = RaySession.open(cfg.ray)
+    exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below
     pipe = Pipeline(setup, session)
     t0 = time.perf_counter()
     try:

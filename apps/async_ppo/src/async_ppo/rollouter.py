@@ -86,7 +86,7 @@ class Rollouter:
         return self.engine
 
     async def _load(self, handle: WeightHandle, mode: PauseMode) -> None:
-        weights = await asyncio.to_thread(self.sync.fetch, handle)  # off the loop: generation streams keep flowing
+        weights = await self.sync.fetch_async(handle)  # awaited: generation streams keep flowing meanwhile
         await self._engine().push(weights, handle.version, mode)
 
     async def run(self) -> RollouterStats:

@@ -8,7 +8,6 @@ never holds up the trainer (the driver collects each result when it is ready).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -46,7 +45,7 @@ class Validator:
     async def validate(self, weights: WeightHandle | None, step: int) -> dict[str, float]:
         """`weights` None: validate the weights already loaded (the base model at step 0)."""
         if weights is not None and weights.version != self.engine.weight_version:
-            state = await asyncio.to_thread(self.sync.fetch, weights)
+            state = await self.sync.fetch_async(weights)
             await self.engine.update_weights(state, weights.version)
         result = await validate(
             self.engine, self.tokenizer, self.task.reward_fn, self.examples, self.cfg, step=step, seed=self.seed,

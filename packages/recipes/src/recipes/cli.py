@@ -4,6 +4,7 @@ defaults < `--config FILE` (TOML) < flags. Standard library and run_config only,
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tomllib
 from collections.abc import Callable
@@ -79,9 +80,23 @@ def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path) 
 
 
 def run_app(prog: str, parse: Callable[[list[str] | None], tuple[C, bool]], argv: list[str] | None) -> tuple[C, bool]:
-    """`parse(argv)`, with a bad setting reported as `<prog>: error: ...` and exit status 2 (no traceback)."""
+    """`parse(argv)`, with a bad setting reported as `<prog>: error: ...` and exit status 2 (no traceback). From here
+    on SIGTERM ends the app as Ctrl-C does (exit status 143): its cleanup (`finally` blocks: the run directory's
+    lock, a local Ray and its temp dir, engine servers) runs instead of being skipped."""
     try:
-        return parse(argv)
+        parsed = parse(argv)
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    exit_on_sigterm()
+    return parsed
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM raises SystemExit(143) in the main thread (call it again after a library that installs its own
+    handler, e.g. `ray.init`)."""
+    signal.signal(signal.SIGTERM, _exit)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

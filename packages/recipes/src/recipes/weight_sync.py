@@ -12,6 +12,7 @@ arrays are stored out of band) and unpacks into views of any dtype. Implementati
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -123,7 +124,15 @@ class RayWeightSync:
     def fetch(self, handle: WeightHandle) -> dict[str, torch.Tensor]:
         import ray
 
-        out: dict[str, torch.Tensor] = {}
-        for bucket in ray.get(list(handle.buckets)):
-            out |= unpack(bucket)
-        return out
+        return _unpack_all(ray.get(list(handle.buckets)))
+
+    async def fetch_async(self, handle: WeightHandle) -> dict[str, torch.Tensor]:
+        """`fetch` for an asyncio actor: awaits the buckets (a blocking `ray.get` would hold its event loop)."""
+        return _unpack_all(await asyncio.gather(*handle.buckets))
+
+
+def _unpack_all(buckets: list[WeightBucket]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for bucket in buckets:
+        out |= unpack(bucket)
+    return out
