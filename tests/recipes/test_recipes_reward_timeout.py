@@ -37,8 +37,9 @@ def _exact(text: str) -> RewardResult:
     return RewardResult(reward=hit, acc=hit, pred=text)
 
 
-def _reward_threads() -> int:
-    return sum(t.name == "reward-fn" and t.is_alive() for t in threading.enumerate())
+def _reward_threads() -> set[threading.Thread]:
+    """Live reward worker threads. Compared as sets: threads other tests abandoned may end at any moment."""
+    return {t for t in threading.enumerate() if t.name == "reward-fn" and t.is_alive()}
 
 
 def test_a_reward_call_blocked_past_the_timeout_is_a_reward_error_and_scoring_goes_on() -> None:
@@ -75,9 +76,9 @@ def test_an_abandoned_pure_python_loop_is_stopped_even_if_it_catches_exception()
     scored = _score(spinning, ["7", "3"], timeout_s=0.2)
     assert [s.status for s in scored] == [SampleStatus.REWARD_ERROR, SampleStatus.OK]
     deadline = time.monotonic() + 10
-    while _reward_threads() > before and time.monotonic() < deadline:
+    while _reward_threads() - before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _reward_threads() == before  # the spinning thread ended: it does not eat a core for the rest of the run
+    assert not _reward_threads() - before  # the spinning thread ended: it does not eat a core for the rest of the run
 
 
 def test_a_raising_reward_is_still_a_reward_error_with_its_message() -> None:
