@@ -1,4 +1,5 @@
-"""Every choice a config offers runs: each algorithm, advantage estimator, KL mode and rollout correction trains
+"""Every choice a config offers runs: each algorithm (on-policy distillation with a tiny cached teacher included),
+advantage estimator, KL mode and rollout correction trains
 two steps of the app on the tiny task, and the metrics of the choice appear."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sync_ppo.trainer import train
 
 pytestmark = pytest.mark.slow
 
+TEACHER = ["--teacher.model_preset", "tiny", "--teacher.warmup_steps", "12"]  # a cached teacher, built in seconds
 CHOICES = {
     "ppo-recompute": (["--algorithm.old_log_probs", "recompute"], "actor/pg_clipfrac"),
     "gspo": (["--algorithm", "gspo"], "actor/pg_clipfrac"),
@@ -33,6 +35,9 @@ CHOICES = {
     "rejection": (["--algorithm.correction.reject_token", "0.5,2", "--algorithm.correction.reject_seq_mean",
                    "0.8,1.25"], "rollout_corr/masked_token_frac"),
     "mini-batches": (["--train.mini_batches_per_step", "2", "--train.ppo_epochs", "2"], "actor/grad_norm_max"),
+    "opd-pg-top-k": (["--algorithm.kind", "opd", *TEACHER, "--teacher.top_k", "4"], "opd/outside_top_k"),
+    "opd-k3-reward": (["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "k3", "--algorithm.reward_coef",
+                       "0.5"], "opd/kl_loss"),
 }  # fmt: skip
 
 

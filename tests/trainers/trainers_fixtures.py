@@ -7,7 +7,7 @@ import torch
 from moe_models import MoEConfig, MoEForCausalLM
 from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, train_step
-from trainers.algorithm import Algorithm, DecoupledConfig, GSPOConfig, PPOConfig
+from trainers.algorithm import Algorithm, DecoupledConfig, GSPOConfig, OPDConfig, PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.step import StepResult
 
@@ -63,7 +63,7 @@ def backend(model: MoEForCausalLM, *, reference: bool = False, **optim: float) -
 
 
 def algorithm(kind: str = "ppo", **fields: object) -> Algorithm:
-    cls = {"ppo": PPOConfig, "gspo": GSPOConfig, "decoupled": DecoupledConfig}[kind]
+    cls = {"ppo": PPOConfig, "gspo": GSPOConfig, "decoupled": DecoupledConfig, "opd": OPDConfig}[kind]
     return cls(**fields).build(max_new_tokens=MAX_NEW)  # type: ignore[arg-type]
 
 

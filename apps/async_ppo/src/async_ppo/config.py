@@ -124,6 +124,9 @@ class FaultConfig:
         "rollouter 0's first incarnation exits (os._exit) after finishing this many groups (0: never)", 0
     )
     push_error_at_version: int = _help("rollouter 0 raises when asked to load this weight version (0: never)", 0)
+    teacher_crash_after_calls: int = _help(
+        "distillation: teacher replica 0's first incarnation exits (os._exit) on this scoring call (0: never)", 0
+    )
 
 
 @dataclass

@@ -41,9 +41,10 @@ class _Member:
 
 class RolloutFleet:
     def __init__(self, specs: list[RollouterSpec], broker: Any, options: Callable[[int], dict[str, Any]], *,
-                 max_restarts: int, call_timeout_s: float) -> None:  # fmt: skip
+                 max_restarts: int, call_timeout_s: float, teachers: tuple[Any, ...] = ()) -> None:  # fmt: skip
         self.specs = specs
         self.broker = broker
+        self.teachers = teachers
         self.options = options
         self.max_restarts = max_restarts
         self.call_timeout_s = call_timeout_s
@@ -55,7 +56,9 @@ class RolloutFleet:
         self.stopping = False
 
     async def _spawn(self, spec: RollouterSpec) -> _Member:
-        handle = ray.remote(Rollouter).options(**self.options(spec.rollouter_id)).remote(spec, self.broker)
+        handle = (
+            ray.remote(Rollouter).options(**self.options(spec.rollouter_id)).remote(spec, self.broker, self.teachers)
+        )
         try:
             await asyncio.wait_for(handle.start.remote(self.weights), self.call_timeout_s)
         except (TimeoutError, RayActorError, ray.exceptions.RayTaskError) as exc:

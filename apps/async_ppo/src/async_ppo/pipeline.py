@@ -27,6 +27,7 @@ import ray
 from ray.exceptions import RayActorError
 from recipes.cli import exit_on_sigterm
 from recipes.setup import RunSetup, prepare_run
+from recipes.teacher import TeacherCheckpoint, check_teacher, ensure_teacher
 from run_logging import Progress
 
 from async_ppo.broker import Broker
@@ -39,6 +40,7 @@ from async_ppo.ray_session import RaySession
 from async_ppo.setup import rollouter_specs, trainer_spec
 from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots
+from async_ppo.teacher_pool import TeacherPool
 from async_ppo.trainer_actor import TrainerActor, TrainOutcome
 from async_ppo.validator import Validator
 
@@ -65,8 +67,10 @@ class StagedCheckpoint:
 
 
 class Pipeline:
-    def __init__(self, setup: RunSetup, session: RaySession) -> None:
+    def __init__(self, setup: RunSetup, session: RaySession, teacher: TeacherCheckpoint | None = None) -> None:
         self.setup = setup
+        self.teacher = teacher
+        self.teachers: TeacherPool | None = None
         self.cfg = setup.cfg
         self.session = session
         self.pending_validations: dict[int, Any] = {}
@@ -102,8 +106,10 @@ class Pipeline:
             max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, reward_timeout_s=cfg.rollout.reward_timeout_s,
             niceness=cfg.ray.helper_niceness,
         )  # fmt: skip
+        self.teachers = self._start_teachers()
         self.fleet = RolloutFleet(rollouter_specs(s), self.broker, self.session.rollouter_options,
-                                  max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s)  # fmt: skip
+                                  max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s,
+                                  teachers=() if self.teachers is None else tuple(self.teachers.handles))  # fmt: skip
         weights = self.trainer.publish.remote() if loaded else None
         await self.fleet.start(weights, version)
         if loaded:
@@ -111,6 +117,14 @@ class Pipeline:
             return loaded.progress
         self._validate(0, None)
         return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
+
+    def _start_teachers(self) -> TeacherPool | None:
+        """Distillation: the teacher pool, in a placement group of its own (the teacher was checked by `_run`)."""
+        if self.teacher is None:
+            return None
+        cfg = self.cfg
+        return TeacherPool.start(cfg.teacher, str(self.teacher.directory), timeout_s=cfg.ray.startup_timeout_s,
+                                 crash_after_calls=cfg.faults.teacher_crash_after_calls)  # fmt: skip
 
     def _validate(self, step: int, weights: Any) -> None:
         self.pending_validations[step] = self.validator.validate.remote(weights, step)
@@ -150,6 +164,8 @@ class Pipeline:
         if validate:
             self._validate(step, weights)
         metrics |= await self._queue_metrics()
+        if self.teachers is not None:
+            metrics |= await self.teachers.metrics()
         now = time.perf_counter()
         metrics["timing/sync_s"] = now - t1
         metrics["timing/step_s"] = now - self.last_step_end  # wall time per step, start-up excluded after step 1
@@ -194,9 +210,11 @@ class Pipeline:
             if not ready and (wait_up_to is None or step > wait_up_to):
                 continue
             result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
-            self.rows.add_validation(step, result)
             if step == 0:
                 self.base_val_acc = result.get("val/greedy_acc")
+                if self.teacher is not None and self.teacher.val_accuracy is not None:
+                    result = result | {"teacher/val_acc": self.teacher.val_accuracy}
+            self.rows.add_validation(step, result)
             del self.pending_validations[step]
             newest = result
         return newest
@@ -234,6 +252,8 @@ class Pipeline:
         for h in handles:
             if h is not None:
                 ray.kill(h, no_restart=True)
+        if self.teachers is not None:
+            self.teachers.close()
 
 
 async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
@@ -246,9 +266,13 @@ async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
 
 async def _run(setup: RunSetup, resume: bool) -> RunSummary:
     cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
-    session = RaySession.open(cfg.ray)
+    teacher = None
+    if cfg.algorithm.kind == "opd":  # built (or read from its cache) and checked before Ray starts
+        teacher = ensure_teacher(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        check_teacher(cfg.teacher, teacher, setup.tokenizer, setup.max_len)
+    session = RaySession.open(cfg.ray, extra_cpus=cfg.teacher.replicas * cfg.teacher.cpus if teacher else 0.0)
     exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below
-    pipe = Pipeline(setup, session)
+    pipe = Pipeline(setup, session, teacher)
     t0 = time.perf_counter()
     try:
         progress = await pipe.start(resume)

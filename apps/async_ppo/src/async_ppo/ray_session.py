@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ipaddress
+import math
 import os
 import shutil
 import signal
@@ -238,13 +239,18 @@ class RaySession:
     local: LocalRay | None
 
     @classmethod
-    def open(cls, cfg: RayConfig) -> RaySession:
+    def open(cls, cfg: RayConfig, *, extra_cpus: float = 0.0) -> RaySession:
+        """`extra_cpus`: what other groups of this run reserve later (a distillation teacher pool). A local Ray
+        started here then advertises enough CPUs for everything (at least this machine's cores): on a laptop the
+        teacher shares the cores with the trainer and the rollouters instead of failing to fit."""
         started_here, local = not ray.is_initialized(), None
         if started_here:
             if cfg.address:
                 _attach(cfg.address)
             else:
-                local = LocalRay.start(cfg)
+                reserved = cfg.trainer_cpus + cfg.num_rollouters * cfg.rollouter_cpus + extra_cpus
+                num_cpus = max(os.cpu_count() or 1, math.ceil(reserved)) if extra_cpus > 0 else None
+                local = LocalRay.start(cfg, num_cpus=num_cpus)
         bundles = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus)]
         bundles += [_bundle(cfg.rollouter_cpus, cfg.rollouter_gpus) for _ in range(cfg.num_rollouters)]
         group = placement_group(bundles, strategy="PACK")

@@ -2,7 +2,8 @@
 
 Runs as a Ray actor (asyncio): `run` is the long-lived loop; `push_weights` interleaves with it. Each leased
 prompt becomes one task that generates its `samples_per_prompt` responses (resuming aborted calls: partial
-rollout; a task with a tool runs its agent loop), scores them and hands the group to the broker (which may make it
+rollout; a task with a tool runs its agent loop), scores them (with distillation, a teacher replica scores them
+too) and hands the group to the broker (which may make it
 wait: back-pressure). Responses of a group run concurrently with every other group's; the engine batches them all.
 """
 
@@ -21,6 +22,8 @@ from recipes.engine_config import EngineSite
 from recipes.engines.protocol import PauseMode, RolloutEngine
 from recipes.requests import GroupSpec, group_requests
 from recipes.rollout import generate_all, score_all
+from recipes.samples import SampleStatus, ScoredSample
+from recipes.teacher_stream import attach_teacher
 from recipes.weight_sync import RayWeightSync, WeightHandle
 
 from async_ppo.group import FinishedGroup
@@ -54,13 +57,15 @@ class RollouterStats:
 
 
 class Rollouter:
-    def __init__(self, spec: RollouterSpec, broker: Any) -> None:
+    def __init__(self, spec: RollouterSpec, broker: Any, teachers: tuple[Any, ...] = ()) -> None:
         """`broker`: a Ray actor handle of `Broker` (or, in-process, any object whose methods return awaitables
-        through `.remote`)."""
+        through `.remote`); `teachers`: the distillation teacher's replicas (`async_ppo.teacher_pool`), none
+        without distillation."""
         torch.set_num_threads(spec.torch_threads)
         os.nice(spec.niceness)
         self.spec = spec
         self.broker = broker
+        self.teachers = teachers
         self.tokenizer = load_tokenizer(spec.site.checkpoint_dir)
         self.task = spec.task.build()
         self.sync = RayWeightSync()
@@ -124,12 +129,25 @@ class Rollouter:
         # off the event loop: a slow or hung reward (bounded by rollout.reward_timeout_s) never stalls other groups
         scored = await asyncio.to_thread(score_all, self.tokenizer, self.task.reward_fn, requests, trajectories,
                                          timeout_s=self.spec.rollout.reward_timeout_s)  # fmt: skip
+        if self.teachers:
+            scored = await self._distill(ticket.index, scored)
         group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, time.perf_counter() - t0)
         await self.broker.complete.remote(group)
         self._groups += 1
         self._tokens += group.generated_tokens
         if self.spec.crash_after_groups and self._groups >= self.spec.crash_after_groups:
             os._exit(17)  # injected fault: the process dies as on a segfault or an OOM kill
+
+    async def _distill(self, index: int, scored: list[ScoredSample]) -> list[ScoredSample]:
+        """The group's ok samples with the teacher's scores, from replica `index % replicas` (a restarted replica
+        runs the call again; the group waits for it)."""
+        ok = [s for s in scored if s.status is SampleStatus.OK]
+        if not ok:
+            return scored
+        teacher = self.teachers[index % len(self.teachers)]
+        scores = await teacher.score.remote([(list(s.trajectory.prompt_ids), list(s.trajectory.response_ids))
+                                             for s in ok])  # fmt: skip
+        return attach_teacher(scored, {s.uid: t for s, t in zip(ok, scores, strict=True)})
 
     async def push_weights(self, handle: WeightHandle, mode: PauseMode) -> float:
         """Serves `handle.version` from now on; in-flight responses continue (keep) or resume (abort). Returns

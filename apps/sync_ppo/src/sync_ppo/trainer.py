@@ -1,6 +1,7 @@
 """The synchronous PPO/GRPO loop. One step:
 
-    generate (rollout engine, samples_per_prompt per prompt, all at once) -> reward (errors counted, excluded)
+    generate (rollout engine, samples_per_prompt per prompt, all at once; with distillation a teacher scores each
+    group as it finishes) -> reward (errors counted, excluded)
     -> policy trainer: drop non-ok samples, pad, advantages, update (algorithm on backend), rollout dump
     -> push weights (pause, update_weights(version + 1), resume) -> validate every k steps -> metrics line
     -> checkpoint every k steps
@@ -23,6 +24,7 @@ from recipes.requests import GroupSpec, step_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import ScoredSample
 from recipes.setup import RunSetup, prepare_run
+from recipes.teacher_stream import LocalTeacher, TeacherStream, attach_teacher, build_local_teacher
 from recipes.tensorboard_log import TensorBoardLog
 from recipes.validation import validate
 from recipes.weight_sync import LocalWeightSync
@@ -46,6 +48,8 @@ class SyncPPO:
     engine: RolloutEngine
     trainer: PolicyTrainer
     sync: LocalWeightSync
+    teacher: LocalTeacher | None = None  # on-policy distillation: scores each finished group
+    teacher_val_acc: float | None = None  # the default teacher's greedy accuracy, measured when it was built
 
     @property
     def cfg(self) -> SyncConfig:
@@ -58,13 +62,18 @@ class SyncPPO:
         r, s = self.cfg.rollout, self.s
         spec = GroupSpec(r.prompts_per_step, r.samples_per_prompt, r.temperature, s.max_new_tokens, self.cfg.run.seed)
         requests = step_requests(s.task.splits.train, spec, step)
+        stream = None if self.teacher is None else TeacherStream(self.teacher)
         t0 = time.perf_counter()
         trajectories = await generate_all(self.engine.engine, s.tokenizer, requests, tool=s.task.tool,
-                                          max_resumes=r.max_resumes)  # fmt: skip
+                                          max_resumes=r.max_resumes,
+                                          after_group=None if stream is None else stream.after_group)  # fmt: skip
         wall = time.perf_counter() - t0
         tokens = sum(v != NOT_SAMPLED for t in trajectories for v in t.token_versions)
         scored = score_all(s.tokenizer, s.task.reward_fn, requests, trajectories, timeout_s=r.reward_timeout_s)
         metrics = {"timing/generate_s": wall, "rollout/generated_tokens": float(tokens)}
+        if stream is not None:
+            scored = attach_teacher(scored, stream.scores)
+            metrics |= stream.metrics()
         return scored, metrics | {"perf/rollout_tokens_per_s": tokens / max(wall, 1e-9)}
 
     async def push_weights(self) -> None:
@@ -104,12 +113,16 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
     try:
         site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"))
         engine = await cfg.rollout.engine.build(site)
+        teacher, teacher_acc = None, None
+        if cfg.algorithm.kind == "opd":
+            teacher, where = build_local_teacher(cfg.teacher, s)
+            teacher_acc = where.val_accuracy
         trainer = PolicyTrainer.build(cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id,
                                       max_new_tokens=s.max_new_tokens, run=s.run)  # fmt: skip
     except BaseException:
         s.close()
         raise
-    return SyncPPO(s, engine, trainer, LocalWeightSync())
+    return SyncPPO(s, engine, trainer, LocalWeightSync(), teacher, teacher_acc)
 
 
 async def _start(loop: SyncPPO, resume: bool) -> TrainerProgress:
@@ -117,6 +130,8 @@ async def _start(loop: SyncPPO, resume: bool) -> TrainerProgress:
     s, backend = loop.s, loop.trainer.backend
     if not resume:
         metrics = await loop.validate(0)
+        if loop.teacher_val_acc is not None:
+            metrics["teacher/val_acc"] = loop.teacher_val_acc
         s.log.log(0, metrics)
         return TrainerProgress(0, backend.version, loop.cfg.run.seed, metrics.get("val/greedy_acc"), 0.0)
     path = s.run.latest_checkpoint()
@@ -161,6 +176,8 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
                 board.close()
     finally:
         await loop.engine.close()
+        if loop.teacher is not None:
+            loop.teacher.close()
         s.close()
     if cfg.run.plots:
         write_plots(s.run)

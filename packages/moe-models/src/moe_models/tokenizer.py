@@ -33,6 +33,10 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
 
+    def vocab(self) -> dict[str, int]:
+        """Token string -> id, specials included (two tokenizers agree iff their vocabs and specials do)."""
+        return dict(self._tok.get_vocab())
+
     @property
     def special_ids(self) -> tuple[int, int, int]:
         return self.pad_id, self.bos_id, self.eos_id

@@ -24,6 +24,7 @@ from trainers.backend.config import BackendConfig, OptimConfig
 from trainers.train_config import TrainLoopConfig
 
 from recipes.engine_config import EngineConfig, NativeEngineConfig
+from recipes.teacher import TeacherConfig, check_temperature
 
 
 def _help(text: str, default: object) -> object:
@@ -132,3 +133,8 @@ class RecipeConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+
+    def __post_init__(self) -> None:
+        if self.algorithm.kind == "opd":
+            check_temperature(self.teacher, self.rollout.temperature)

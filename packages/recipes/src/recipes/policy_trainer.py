@@ -22,6 +22,7 @@ from recipes.dumps import dump_record, write_step_dump
 from recipes.quality import rollout_metrics
 from recipes.samples import ScoredSample
 from recipes.step_batch import StepBatch, build_step_batch
+from recipes.teacher_stream import teacher_metrics
 from recipes.weight_sync import WeightHandle, WeightSync
 
 
@@ -58,7 +59,7 @@ class PolicyTrainer:
         advantage = {s.uid: a for s, a in zip(sb.samples, result.advantages, strict=True) if not s.is_padding}
         records = [dump_record(s, step=step, advantage=advantage.get(s.uid)) for s in scored]
         write_step_dump(self.run.rollouts(step), DumpKind.TRAIN, step, records)
-        return result.metrics | rollout_metrics(scored, sb.num_padding)
+        return result.metrics | rollout_metrics(scored, sb.num_padding) | teacher_metrics(scored)
 
     def train(self, step: int, scored: Sequence[ScoredSample]) -> dict[str, float]:
         return self.update(step, self.prepare(scored), scored)

@@ -18,7 +18,7 @@ import asyncio
 import ctypes
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt
@@ -63,15 +63,37 @@ async def _generate_one(engine: Engine, tokenizer: TaskTokenizer, request: GenRe
         return Trajectory(prompt_ids=prompt_ids, status=TrajectoryStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
 
 
+AfterGroup = Callable[[Sequence[GenRequest], Sequence[Trajectory]], Awaitable[None]]
+
+
 async def generate_all(
     engine: Engine, tokenizer: TaskTokenizer, requests: Sequence[GenRequest], *, tool: ToolEnv | None = None,
-    partial_rollout: bool = True, max_resumes: int = 16,
+    partial_rollout: bool = True, max_resumes: int = 16, after_group: AfterGroup | None = None,
 ) -> list[Trajectory]:  # fmt: skip
     """Every request submitted at once; results in request order. An aborted engine call resumes with prompt +
-    tokens so far (`partial_rollout`) up to `max_resumes` times."""
-    calls = [_generate_one(engine, tokenizer, r, tool, partial_rollout=partial_rollout, max_resumes=max_resumes)
-             for r in requests]  # fmt: skip
-    return list(await asyncio.gather(*calls))
+    tokens so far (`partial_rollout`) up to `max_resumes` times. `after_group(requests, trajectories)` runs for each
+    group (requests sharing a `group_id`) as soon as that group has finished, while the others still generate (e.g.
+    a teacher scoring it); the call returns once every group and its `after_group` are done."""
+
+    async def one(r: GenRequest) -> Trajectory:
+        return await _generate_one(engine, tokenizer, r, tool, partial_rollout=partial_rollout,
+                                   max_resumes=max_resumes)  # fmt: skip
+
+    if after_group is None:
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault(r.group_id, []).append(i)
+    out: list[Trajectory | None] = [None] * len(requests)
+
+    async def group(rows: list[int]) -> None:
+        trajectories = await asyncio.gather(*(one(requests[i]) for i in rows))
+        for i, t in zip(rows, trajectories, strict=True):
+            out[i] = t
+        await after_group([requests[i] for i in rows], trajectories)
+
+    await asyncio.gather(*(group(rows) for rows in groups.values()))
+    return [t for t in out if t is not None]
 
 
 def response_text(tokenizer: TaskTokenizer, traj: Trajectory) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardResult, ScoredResponse
 from rollout_core import SamplingParams, Trajectory
+from rollout_core.teacher_scores import TeacherScores
 
 
 class SampleStatus(enum.StrEnum):
@@ -36,6 +37,7 @@ class ScoredSample:
     response_text: str
     scored: ScoredResponse | None  # None when the trajectory was not ok (nothing to score)
     status: SampleStatus
+    teacher: TeacherScores | None = None  # distillation: the teacher's scores of the response (ok samples only)
 
     @property
     def uid(self) -> str:

@@ -5,6 +5,7 @@ Sequence b occupies positions `0 .. N_b-1` of `input_ids` (prompt then response)
 model's output row `t`, the distribution that token `t+1` was sampled from. Response token `j` of a sample with
 prompt length `P` is therefore entry `P-1+j` of `response_mask`, `rollout_log_probs` and `token_versions`.
 
+`teacher_log_probs` (distillation) is on the shifted grid too: a teacher's log-prob of each response token.
 `to(device)` moves what a forward and a loss read; `is_padding`, `prompt_lengths` and `seq_lengths` stay on the
 host, where batches are planned (row choice, widths, micro-batch splits) without waiting for a device.
 """
@@ -45,6 +46,7 @@ class TrainBatch:
     group_ids: list[str]
     uids: list[str]
     data_sources: list[str]
+    teacher_log_probs: torch.Tensor | None = None  # [B, T-1] float32, 0 off the response; None: no teacher
 
     @property
     def batch_size(self) -> int:
@@ -72,6 +74,7 @@ class TrainBatch:
             response_mask=move(self.response_mask), rollout_log_probs=move(self.rollout_log_probs),
             token_versions=move(self.token_versions), replay_ids=move(self.replay_ids),
             replay_mask=move(self.replay_mask), rewards=move(self.rewards),
+            teacher_log_probs=move(self.teacher_log_probs),
         )  # fmt: skip
 
 
@@ -101,6 +104,26 @@ def _replay(samples: Sequence[TrainSample], spec: RoutingSpec, width: int) -> tu
         rows, row_mask = s.routing.replay(width)
         ids[b], mask[b] = rows, row_mask
     return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def _teacher(samples: Sequence[TrainSample], width: int) -> torch.Tensor | None:
+    """`[B, width-1]` teacher log-probs when every real sample has them, None when none has; pads get 0."""
+    real = [s for s in samples if not s.is_padding]
+    having = sum(s.teacher_log_probs is not None for s in real)
+    if having == 0:
+        return None
+    if having != len(real):
+        missing = [s.uid for s in real if s.teacher_log_probs is None]
+        raise ValueError(
+            f"collate: expected teacher log-probs on every real sample or none, got {len(missing)} without "
+            f"({missing[:5]}): a sample is never trained without its teacher's scores"
+        )
+    out = torch.zeros((len(samples), width - 1), dtype=torch.float32)
+    for b, s in enumerate(samples):
+        if s.teacher_log_probs is not None and s.response_ids:
+            p = len(s.prompt_ids)
+            out[b, p - 1 : p - 1 + len(s.response_ids)] = torch.tensor(s.teacher_log_probs, dtype=torch.float32)
+    return out
 
 
 def collate(samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
@@ -142,4 +165,5 @@ def collate(samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
         group_ids=[s.group_id for s in samples],
         uids=[s.uid for s in samples],
         data_sources=[s.data_source for s in samples],
+        teacher_log_probs=_teacher(samples, width),
     )

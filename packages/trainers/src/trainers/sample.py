@@ -16,9 +16,10 @@ class TrainSample:
 
     `loss_mask`, `rollout_log_probs` and `token_versions` have one entry per response token (tool tokens:
     mask 0, log-prob 0.0, version NOT_SAMPLED). `group_id` groups the samples of one prompt for GRPO/RLOO;
-    `uid` names this sample. `routing` has rows for positions `0 .. len(prompt)+len(response)-2` (or fewer:
-    rows it lacks route natively). A padding sample (`is_padding`) is inert: zero loss mask, zero reward,
-    its own group (see `trainers.padding`).
+    `uid` names this sample. `teacher_log_probs` (distillation only) has one entry per response token, the
+    teacher's log-prob of that token (tool tokens are scored too, never in the loss). `routing` has rows for
+    positions `0 .. len(prompt)+len(response)-2` (or fewer: rows it lacks route natively). A padding sample
+    (`is_padding`) is inert: zero loss mask, zero reward, its own group (see `trainers.padding`).
     """
 
     uid: str
@@ -35,11 +36,14 @@ class TrainSample:
     routing: RoutingTrace | None = None
     status: TrajectoryStatus = TrajectoryStatus.OK
     num_turns: int = 0
+    teacher_log_probs: list[float] | None = None  # one per response token: a teacher's log-prob (distillation)
 
     def __post_init__(self) -> None:
         self.status = TrajectoryStatus(self.status)
         n = len(self.response_ids)
-        for name in ("loss_mask", "rollout_log_probs", "token_versions"):
+        for name in ("loss_mask", "rollout_log_probs", "token_versions", "teacher_log_probs"):
+            if getattr(self, name) is None:
+                continue
             got = len(getattr(self, name))
             if got != n:
                 raise ValueError(f"TrainSample.{name}: expected {n} entries (one per response token), got {got}")

@@ -3,7 +3,7 @@ advantages, rollout correction, epochs x mini-batches x micro-batches, the train
 the step's metrics.
 
     old  <- backend.log_probs(batch)            if the algorithm recomputes the old policy
-    ref  <- backend.log_probs(batch, reference) if the algorithm has a KL term
+    ref  <- backend.log_probs(batch, reference) if the algorithm has a KL term (a teacher's: batch.teacher_log_probs)
     adv  <- algorithm.advantages(batch, old, ref)             [B, T-1], on the host
     w, mask <- rollout_correction(pi_train, mu)               if the algorithm has a correction
     for epoch, mini-batch:                                    one optimiser step each
@@ -198,6 +198,19 @@ def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
         raise PaddingNotInertError(f"train_step: expected advantage 0 on every pad, got non-zero on {bad[:5]}")
 
 
+def _reference(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, budget: int,
+               replay: bool) -> torch.Tensor | None:  # fmt: skip
+    """`[B, T-1]` the log-probs the algorithm compares with: the teacher's (scored at rollout time), the reference
+    policy's (scored here), or None."""
+    if algorithm.uses_teacher:
+        if algorithm.needs_reference:
+            raise ValueError(f"{algorithm.name}: expected a teacher or a reference policy, got both")
+        if dev.teacher_log_probs is None:
+            raise ValueError(f"{algorithm.name}: expected a batch with teacher log-probs, got none")
+        return dev.teacher_log_probs
+    return score(backend, dev, budget, replay=replay, role="reference") if algorithm.needs_reference else None
+
+
 def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, cfg: TrainLoopConfig, *,
                seed: int = 0) -> StepResult:  # fmt: skip
     """One update of `algorithm` on `batch` (on the host; every rank passes the same batch). Increments the
@@ -205,7 +218,7 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     version, replay, budget = backend.version, cfg.router_replay, cfg.micro_batch_tokens
     dev = batch.to(backend.device)
     old = score(backend, dev, budget, replay=replay) if algorithm.recompute_old_log_probs else None
-    ref = score(backend, dev, budget, replay=replay, role="reference") if algorithm.needs_reference else None
+    ref = _reference(backend, algorithm, dev, budget, replay)
     adv = algorithm.advantages(batch, old, ref)
     per_sample = adv.per_sample.tolist()
     _check_advantages(batch, adv.tokens, per_sample, version + 1)

@@ -1,5 +1,5 @@
-"""Training algorithms behind the `Algorithm` seam (PPO, GSPO, decoupled PPO) and their configs. Exports are lazy:
-`trainers.algorithm.config` stays importable without torch."""
+"""Training algorithms behind the `Algorithm` seam (PPO, GSPO, decoupled PPO, on-policy distillation) and their
+configs. Exports are lazy: `trainers.algorithm.config` stays importable without torch."""
 
 from trainers.lazy import lazy_exports
 
@@ -14,6 +14,8 @@ _EXPORTS = {
     "KLConfig": "trainers.algorithm.config",
     "LossInputs": "trainers.algorithm.loss_io",
     "LossOutputs": "trainers.algorithm.loss_io",
+    "OPD": "trainers.algorithm.opd",
+    "OPDConfig": "trainers.algorithm.config",
     "PPO": "trainers.algorithm.ppo",
     "PPOConfig": "trainers.algorithm.config",
 }

@@ -46,6 +46,7 @@ class PolicyGradient(ABC):
 
     name = ""
     recompute_old_log_probs = False
+    uses_teacher = False
 
     def __init__(self, cfg: PolicyGradientConfig, *, max_new_tokens: int) -> None:
         if max_new_tokens < 1:

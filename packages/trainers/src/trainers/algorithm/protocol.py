@@ -22,6 +22,8 @@ class Algorithm(Protocol):
     """- `recompute_old_log_probs`: the step scores the batch under the weights before the update (no grad) and
       passes them as `old_log_probs` (else the rollout's log-probs are the old policy: bypass mode).
     - `needs_reference`: the step scores the batch under the reference policy and passes `ref_log_probs`.
+    - `uses_teacher`: the batch carries a teacher's log-probs (`TrainBatch.teacher_log_probs`, scored at rollout
+      time), which the step passes as `ref_log_probs` instead (never together with `needs_reference`).
     - `correction`: rollout correction applied once per step to the whole batch before the update (None: off).
     - `advantages(batch, old, ref)`: the batch's advantages (`trainers.estimators.Advantages`), computed on the
       CPU batch.
@@ -31,6 +33,7 @@ class Algorithm(Protocol):
     name: str
     recompute_old_log_probs: bool
     needs_reference: bool
+    uses_teacher: bool
     correction: RolloutCorrectionConfig | None
 
     def advantages(

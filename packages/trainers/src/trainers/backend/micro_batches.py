@@ -35,6 +35,7 @@ def select_rows(batch: TrainBatch, rows: Sequence[int]) -> TrainBatch:
         seq_lengths=batch.seq_lengths[idx],
         group_ids=[batch.group_ids[i] for i in rows],
         uids=[batch.uids[i] for i in rows],
+        teacher_log_probs=None if batch.teacher_log_probs is None else batch.teacher_log_probs[idx, : width - 1],
         data_sources=[batch.data_sources[i] for i in rows],
     )
 

@@ -1,0 +1,90 @@
+"""OPD: on-policy distillation. The student sampled the batch; a teacher scored every sampled token at rollout time
+(`TrainBatch.teacher_log_probs`, passed to the loss as `ref_log_probs`). With `d = log pi_T - log pi_S` on the
+sampled token (pi_S: the old policy, i.e. the rollout's log-probs in bypass mode):
+
+- `pg`: advantage `clamp(d, +-c)` per token (+ `reward_coef` x the task reward's advantage), through PPO's clipped
+  surrogate: the policy gradient of the negative reverse KL, `-KL(pi_S || pi_T)`, with the teacher as a dense
+  per-token reward (no discount: each token is credited with its own log-ratio);
+- `k2` / `k3`: `distill_coef` x the supervised estimator of `KL(pi_S || pi_T)` on the sampled token (`trainers.kl`:
+  `k2 = 0.5 (log pi_S - log pi_T)^2`, `k3 = exp(-r) + r - 1` with `r = log pi_S - log pi_T`), gradient through
+  log pi_S, beside PPO on the task reward's advantage when `reward_coef` > 0.
+
+Metrics (token means over the loss mask): `opd/reverse_kl` (k1 estimate of KL(pi_S || pi_T) under the old policy),
+`opd/teacher_log_prob`, `opd/student_log_prob`, `opd/clamped_frac` (pg advantages hit by the clamp).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainers.algorithm.config import OPDConfig
+from trainers.algorithm.loss_io import LossInputs, LossOutputs
+from trainers.algorithm.policy_gradient import PolicyGradient, split_metrics
+from trainers.batch import TrainBatch
+from trainers.estimators import Advantages, token_advantages
+from trainers.kl import kl_loss
+from trainers.policy_loss import ppo_clip_loss
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+class OPD(PolicyGradient):
+    name = "opd"
+    uses_teacher = True
+
+    def __init__(self, cfg: OPDConfig, *, max_new_tokens: int) -> None:
+        super().__init__(cfg, max_new_tokens=max_new_tokens)
+        self.opd = cfg
+        self.recompute_old_log_probs = cfg.old_log_probs == "recompute"
+
+    def advantages(
+        self, batch: TrainBatch, old_log_probs: torch.Tensor | None, ref_log_probs: torch.Tensor | None
+    ) -> Advantages:
+        """`ref_log_probs` are the teacher's. pg: the clamped log-ratio (+ the reward's advantage); k2/k3: the
+        reward's advantage (0 when `reward_coef` is 0: the loss is the distillation term alone)."""
+        if ref_log_probs is None:
+            raise ValueError("opd: expected the teacher's log-probs (ref_log_probs), got None")
+        c, mask = self.opd, batch.response_mask
+        student = batch.rollout_log_probs if old_log_probs is None else old_log_probs.detach().cpu()
+        teacher = ref_log_probs.detach().cpu()
+        log_ratio = (teacher - student) * mask
+        metrics = {
+            "opd/reverse_kl": _masked_mean(-log_ratio, mask),
+            "opd/teacher_log_prob": _masked_mean(teacher, mask),
+            "opd/student_log_prob": _masked_mean(student, mask),
+        }
+        tokens = torch.zeros_like(mask)
+        per_sample = torch.zeros(mask.shape[0])
+        if c.reward_coef > 0:
+            reward = token_advantages(c.advantage, batch, gamma=c.gamma, lam=c.lam)
+            tokens, per_sample = c.reward_coef * reward.tokens, c.reward_coef * reward.per_sample
+        if c.loss == "pg":
+            clamped = log_ratio.clamp(-c.log_ratio_clamp, c.log_ratio_clamp)
+            metrics["opd/clamped_frac"] = _masked_mean((clamped != log_ratio).float(), mask)
+            tokens = tokens + clamped * mask
+            per_sample = (tokens * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return Advantages(tokens, per_sample, metrics)
+
+    def policy_loss(self, x: LossInputs) -> LossOutputs:
+        c = self.opd
+        out: LossOutputs | None = None
+        if c.loss == "pg" or c.reward_coef > 0:
+            loss, metrics = ppo_clip_loss(
+                x.log_probs, x.old_log_probs, x.advantages, x.mask, clip_low=c.clip_low, clip_high=c.clip_high,
+                dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None, agg_mode=self.agg_mode,
+                is_weights=x.is_weights, num_tokens=x.num_tokens, num_seqs=x.num_seqs,
+                loss_scale_factor=self.loss_scale_factor,
+            )  # fmt: skip
+            out = split_metrics(loss, metrics)
+        if c.loss == "pg":
+            assert out is not None
+            return out
+        if x.ref_log_probs is None:
+            raise ValueError(f"opd ({c.loss}): expected the teacher's log-probs (ref_log_probs), got None")
+        term, metrics = kl_loss(x.log_probs, x.ref_log_probs, x.mask, kind=c.loss, agg_mode=self.agg_mode,
+                                num_tokens=x.num_tokens, num_seqs=x.num_seqs,
+                                loss_scale_factor=self.loss_scale_factor)  # fmt: skip
+        distill = split_metrics(c.distill_coef * term, {f"opd/{k.split('/')[-1]}": v for k, v in metrics.items()})
+        return distill if out is None else out.merged(distill)

@@ -1,0 +1,53 @@
+"""On-policy distillation in the async pipeline (one Ray session for the module, 3 logical CPUs: trainer, rollouter
+and a one-replica teacher pool): every trained sample carries its teacher's scores, a teacher replica that dies is
+restarted and its pending call redone, and a pool the cluster cannot hold fails naming what is missing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from async_ppo.config import AsyncConfig, RayConfig
+from async_ppo.pipeline import train
+from async_ppo.ray_session import LocalRay
+from run_logging import read_metrics
+
+pytestmark = pytest.mark.slow
+
+TEACHER = ["--algorithm.kind", "opd", "--teacher.model_preset", "tiny", "--teacher.warmup_steps", "12"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apo_{id(tmp_path_factory) % 10**6}"), num_cpus=3,
+                           log_to_driver=False)  # fmt: skip
+    yield
+    local.stop()
+
+
+def test_async_opd_trains_on_teacher_scores_through_a_teacher_crash(
+    tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
+) -> None:
+    run = tmp_path / "run"
+    # replica 0 dies on its 3rd call, with that call pending: Ray restarts it and runs the call again
+    train(tiny_config(run, "--run.steps", "3", *TEACHER, "--teacher.top_k", "3",
+                      "--faults.teacher_crash_after_calls", "3"))  # fmt: skip
+    rows = read_metrics(run / "metrics.jsonl")
+    train_rows = [r for r in rows if "timing/train_s" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 3]
+    assert all(math.isfinite(r["opd/reverse_kl"]) and r["teacher/tokens_per_s"] > 0 for r in train_rows)
+    assert all("opd/outside_top_k" in r and 0 < r["teacher/top_k_mass"] <= 1 for r in train_rows)
+    assert train_rows[-1]["fault/teacher_restarts"] == 1.0
+    assert sum(r["rollout/num_samples"] for r in train_rows) == 3 * 4 * 3  # every group trained, none lost
+    assert "teacher/val_acc" in next(r for r in rows if r["step"] == 0)
+
+
+def test_a_teacher_pool_the_cluster_cannot_hold_fails_naming_what_is_missing(
+    tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
+) -> None:
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "1", *TEACHER, "--teacher.replicas", "2",
+                      "--ray.startup_timeout_s", "3")  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"could not reserve the teacher pool .*teacher.replicas 2 x teacher.cpus"):
+        train(cfg)

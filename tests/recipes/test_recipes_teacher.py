@@ -1,0 +1,121 @@
+"""The distillation teacher in the recipes: each finished group is scored while others still generate, an ok sample
+never leaves without its teacher's scores, and a teacher that cannot score the run fails before training with
+got/expected (tokenizer, context, top-k, temperature)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
+from native_engine.scoring import TeacherScorer
+from recipes.rollout import generate_all
+from recipes.samples import GenRequest, SampleStatus, ScoredSample
+from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher
+from recipes.teacher_stream import LocalTeacher, TeacherStream, attach_teacher
+from rl_tasks.example import TaskExample
+from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
+from rollout_core.testing import ScriptedEngine
+from sync_ppo.cli import parse
+
+TOK = build_char_tokenizer("0123456789")
+torch.set_num_threads(1)
+
+
+def _model(vocab: int = TOK.vocab_size, context: int = 64) -> MoEForCausalLM:
+    torch.manual_seed(0)
+    return MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=vocab, num_hidden_layers=1,
+                                           max_position_embeddings=context))  # fmt: skip
+
+
+def _requests(lengths: dict[str, int]) -> list[GenRequest]:
+    out = []
+    for g, (group, n) in enumerate(lengths.items()):
+        for j in range(2):
+            example = TaskExample(f"u{g}", "toy", "12", "21")
+            params = SamplingParams(max_new_tokens=n, seed=10 * g + j)
+            out.append(GenRequest(f"{group}-r{j}", group, example, g, j, params))
+    return out
+
+
+def test_generate_all_hands_each_group_over_as_soon_as_it_finishes() -> None:
+    # eos outside the vocabulary: every call runs to its budget, so "long" is still generating when "short" ends
+    engine = ScriptedEngine(vocab_size=TOK.vocab_size, eos_token_id=999, stop_prob=0.0, token_delay=0.002)
+    running_at_hand_over: dict[str, set[str]] = {}
+
+    async def after_group(requests, trajectories) -> None:  # type: ignore[no-untyped-def]
+        assert {r.group_id for r in requests} == {requests[0].group_id} and len(trajectories) == 2
+        running_at_hand_over[requests[0].group_id] = set(engine.running)
+
+    requests = _requests({"short": 2, "long": 40})
+    trajectories = asyncio.run(generate_all(engine, TOK, requests, after_group=after_group))
+    assert running_at_hand_over == {"short": {"long-r0", "long-r1"}, "long": set()}
+    assert [len(t.response_ids) for t in trajectories] == [2, 2, 40, 40]  # request order kept
+
+
+def test_the_stream_scores_every_ok_trajectory_of_a_group_and_skips_the_others() -> None:
+    teacher = LocalTeacher(TeacherScorer(_model(), temperature=1.0))
+    stream = TeacherStream(teacher)
+    requests = _requests({"g": 3})
+    ok = Trajectory(prompt_ids=[1, 4, 5], status=TrajectoryStatus.OK)
+    ok.response_ids.extend([6, 7, 2])
+    failed = Trajectory(prompt_ids=[1, 4, 5], status=TrajectoryStatus.ERROR, error="boom")
+    asyncio.run(stream.after_group(requests, [ok, failed]))
+    teacher.close()
+    assert set(stream.scores) == {"g-r0"} and stream.scores["g-r0"].num_rows == 3
+    metrics = stream.metrics()
+    assert metrics["teacher/score_s"] > 0 and metrics["teacher/tokens_per_s"] > 0
+
+
+def _scored(uid: str, status: SampleStatus) -> ScoredSample:
+    example = TaskExample(uid, "toy", "12", "21")
+    request = GenRequest(uid, "g", example, 0, 0, SamplingParams(max_new_tokens=2))
+    traj = Trajectory(prompt_ids=[1], status=TrajectoryStatus.OK)
+    return ScoredSample(request, traj, "", None, status)
+
+
+def test_an_ok_sample_without_teacher_scores_is_an_error_and_others_pass_unscored() -> None:
+    samples = [_scored("a", SampleStatus.OK), _scored("b", SampleStatus.NOT_OK)]
+    with pytest.raises(ValueError, match=r"none for 1 \(\['a'\]\)"):
+        attach_teacher(samples, {})
+
+
+def _teacher_dir(tmp_path: Path, *, tokenizer=TOK, vocab: int = TOK.vocab_size, context: int = 64) -> TeacherCheckpoint:  # type: ignore[no-untyped-def]
+    save_pretrained(_model(vocab, context), tmp_path / "teacher", tokenizer)
+    return TeacherCheckpoint(tmp_path / "teacher", None, None)
+
+
+def test_a_teacher_with_another_tokenizer_is_refused(tmp_path: Path) -> None:
+    other = build_char_tokenizer("0123456789+")
+    where = _teacher_dir(tmp_path, tokenizer=other, vocab=other.vocab_size)
+    with pytest.raises(ValueError, match=r"expected the student's tokenizer.*only the teacher has: \['\+'\]"):
+        check_teacher(TeacherConfig(), where, TOK, max_len=10)
+
+
+def test_a_teacher_context_shorter_than_the_longest_sequence_is_refused(tmp_path: Path) -> None:
+    where = _teacher_dir(tmp_path, context=16)
+    check_teacher(TeacherConfig(), where, TOK, max_len=16)
+    with pytest.raises(ValueError, match=r"longest sequence .* is 17 tokens.*got max_position_embeddings 16"):
+        check_teacher(TeacherConfig(), where, TOK, max_len=17)
+
+
+def test_a_top_k_beyond_the_teacher_vocabulary_is_refused(tmp_path: Path) -> None:
+    where = _teacher_dir(tmp_path)
+    with pytest.raises(ValueError, match=f"teacher.top_k: expected at most the teacher's vocabulary {TOK.vocab_size}"):
+        check_teacher(TeacherConfig(top_k=TOK.vocab_size + 1), where, TOK, max_len=10)
+
+
+def test_a_teacher_temperature_other_than_the_rollout_temperature_fails_at_parse_time(tmp_path: Path) -> None:
+    base = ["--algorithm.kind", "opd", "--run.dir", str(tmp_path / "run")]
+    with pytest.raises(ValueError, match=r"teacher.temperature: expected .* rollout.temperature 0.7, got 1.0"):
+        parse([*base, "--rollout.temperature", "0.7"])
+    cfg, _ = parse([*base, "--rollout.temperature", "0.7", "--teacher.temperature", "0.7"])
+    assert cfg.teacher.temperature == 0.7 and not (tmp_path / "run").exists()
+    parse(["--rollout.temperature", "0.7", "--run.dir", str(tmp_path / "run")])  # not read without opd
+
+
+def test_a_missing_teacher_checkpoint_fails_at_parse_time(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"teacher.checkpoint: expected a model directory with config.json"):
+        parse(["--algorithm.kind", "opd", "--teacher.checkpoint", str(tmp_path / "nope")])
