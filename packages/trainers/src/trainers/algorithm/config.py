@@ -191,13 +191,14 @@ class DecoupledConfig(PolicyGradientConfig):
 
 
 @dataclass
-class OPDConfig(PolicyGradientConfig):
+class OPDConfig(PPOConfig):
     """On-policy distillation: the student samples, a teacher scores every sampled token (`teacher` section), and the
     student moves toward the teacher. `loss`: `pg`, the per-token advantage log pi_T - log pi_S of the sampled token
     (clamped at +-`log_ratio_clamp`) through PPO's clipped surrogate; `k2` / `k3`, a supervised reverse-KL estimator
     of the sampled token (gradient through log pi_S) weighted by `distill_coef`. `reward_coef` > 0 adds the task
     reward's advantage (`advantage` estimator) to the pg advantage, or as a PPO term beside k2 / k3; 0: distillation
-    only. The teacher replaces the reference: `kl.coef` must be 0."""
+    only. PPO's keys (clip, dual clip, old log-probs) apply to the pg term. The teacher replaces the reference:
+    `kl.coef` must be 0."""
 
     kind: Literal["opd"] = "opd"
     loss: Literal["pg", "k1", "k2", "k3"] = _help(
@@ -208,14 +209,9 @@ class OPDConfig(PolicyGradientConfig):
     reward_coef: float = _help("weight of the task reward's advantage (0: distillation only)", 0.0)
     distill_coef: float = _help("weight of the k2 / k3 distillation term (ignored by pg)", 1.0)
     log_ratio_clamp: float = _help("clamp of the pg advantage log pi_T - log pi_S, in nats", 5.0)
-    dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
-    old_log_probs: Literal["rollout", "recompute"] = _help(
-        "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._weights_check(self.old_log_probs == "recompute")
         if self.loss == "k1":
             raise ValueError(
                 "algorithm.loss: k1 (log pi_S - log pi_T as a loss) has the gradient of log pi_S alone, whose "
