@@ -119,3 +119,11 @@ def test_a_teacher_temperature_other_than_the_rollout_temperature_fails_at_parse
 def test_a_missing_teacher_checkpoint_fails_at_parse_time(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"teacher.checkpoint: expected a model directory with config.json"):
         parse(["--algorithm.kind", "opd", "--teacher.checkpoint", str(tmp_path / "nope")])
+
+
+def test_the_top_k_forward_kl_without_a_teacher_top_k_fails_at_parse_time(tmp_path: Path) -> None:
+    base = ["--algorithm.kind", "opd", "--algorithm.loss", "topk_fkl", "--run.dir", str(tmp_path / "run")]
+    with pytest.raises(ValueError, match=r"algorithm.loss topk_fkl: expected teacher.top_k > 0"):
+        parse(base)
+    cfg, _ = parse([*base, "--teacher.top_k", "4"])
+    assert cfg.teacher.top_k == 4

@@ -38,6 +38,8 @@ CHOICES = {
     "opd-pg-top-k": (["--algorithm.kind", "opd", *TEACHER, "--teacher.top_k", "4"], "opd/outside_top_k"),
     "opd-k3-reward": (["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "k3", "--algorithm.reward_coef",
                        "0.5"], "opd/kl_loss"),
+    "opd-topk-fkl": (["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "topk_fkl", "--teacher.top_k", "3"],
+                     "opd/fkl_loss"),
 }  # fmt: skip
 
 

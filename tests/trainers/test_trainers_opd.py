@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
+from rollout_core.teacher_scores import TeacherScores
 from trainers import TrainBatch, TrainSample, collate, pad_to_multiple
 from trainers.algorithm import KLConfig, LossInputs, OPDConfig
 from trainers_fixtures import PAD, algorithm, backend, grads, rollouts, step, tiny_model
@@ -16,9 +18,20 @@ from trainers_fixtures import PAD, algorithm, backend, grads, rollouts, step, ti
 torch.set_num_threads(1)
 
 
+def _scores(sampled: list[float], top_ids: list[list[int]] | None = None,
+            top_lp: list[list[float]] | None = None) -> TeacherScores:  # fmt: skip
+    r, k = len(sampled), len(top_ids[0]) if top_ids else 0
+    ids = np.asarray(top_ids if top_ids else np.zeros((r, 0)), dtype=np.int64)
+    return TeacherScores(
+        sampled=np.asarray(sampled, dtype=np.float32), ids=ids,
+        logprobs=np.asarray(top_lp if top_lp else np.zeros((r, 0)), dtype=np.float32),
+        valid=np.ones((r, k), dtype=bool), in_top_k=np.zeros(r, dtype=bool), temperature=1.0,
+    )  # fmt: skip
+
+
 def _with_teacher(samples: list[TrainSample], shift: float = 0.5) -> list[TrainSample]:
     """The teacher agrees with the rollout up to `-shift` on every token, `-shift * j` on token j (a known ratio)."""
-    return [dataclasses.replace(s, teacher_log_probs=[lp - shift * j for j, lp in enumerate(s.rollout_log_probs)])
+    return [dataclasses.replace(s, teacher=_scores([lp - shift * j for j, lp in enumerate(s.rollout_log_probs)]))
             for s in samples]  # fmt: skip
 
 
@@ -34,7 +47,7 @@ def test_collate_puts_teacher_log_probs_on_the_shifted_grid_and_pads_get_zero() 
     for b, s in enumerate(samples):
         p = len(s.prompt_ids)
         got = batch.teacher_log_probs[b, p - 1 : p - 1 + len(s.response_ids)].tolist()
-        assert got == pytest.approx(s.teacher_log_probs)
+        assert s.teacher is not None and got == pytest.approx(s.teacher.sampled.tolist())
         assert float(batch.teacher_log_probs[b, : p - 1].abs().sum()) == 0.0
     assert float(batch.teacher_log_probs[batch.is_padding].abs().sum()) == 0.0
 
@@ -46,10 +59,10 @@ def test_a_real_sample_without_teacher_scores_is_refused_when_others_have_them()
         collate(mixed, PAD)
 
 
-def test_a_teacher_log_prob_list_of_the_wrong_length_is_refused() -> None:
+def test_teacher_scores_with_the_wrong_number_of_rows_are_refused() -> None:
     (s,) = rollouts(tiny_model(), num_prompts=1, per_prompt=1)
-    with pytest.raises(ValueError, match="teacher_log_probs: expected"):
-        dataclasses.replace(s, teacher_log_probs=[0.0] * (len(s.response_ids) + 1))
+    with pytest.raises(ValueError, match=r"TrainSample.teacher: expected"):
+        dataclasses.replace(s, teacher=_scores([0.0] * (len(s.response_ids) + 1)))
 
 
 def test_pg_advantage_is_the_clamped_teacher_minus_student_log_ratio() -> None:
@@ -119,3 +132,51 @@ def test_an_opd_step_trains_and_a_teacher_equal_to_the_student_gives_no_gradient
     metrics = step(backend(model, grad_clip=1e9), _batch(shift=0.5), algorithm("opd", loss=loss)).metrics
     assert metrics["opd/reverse_kl"] > 0.1
     assert max(float(g.abs().max()) for g in grads(model).values()) > 1e-4
+
+
+def test_top_k_forward_kl_matches_hand_values_and_pushes_up_the_teachers_choice() -> None:
+    # one position, teacher top-2 ids {3, 5} with probabilities 0.6 / 0.2 (renormalised: 0.75 / 0.25)
+    student = torch.log(torch.tensor([[[0.1, 0.5]]])).requires_grad_(True)  # log pi_theta at ids 3, 5
+    teacher = (torch.log(torch.tensor([[[0.6, 0.2]]])), torch.ones(1, 1, 2, dtype=torch.bool))
+    lp = torch.tensor([[-1.0]], requires_grad=True)
+    alg = algorithm("opd", loss="topk_fkl")
+    out = alg.loss(LossInputs(log_probs=lp, old_log_probs=lp.detach(), rollout_log_probs=lp.detach(),
+                              advantages=torch.zeros(1, 1), mask=torch.ones(1, 1), num_tokens=1.0, num_seqs=1.0,
+                              ref_log_probs=torch.zeros(1, 1), top_k_log_probs=student,
+                              teacher_top_k=teacher))  # fmt: skip
+    expected = 0.75 * math.log(0.75 / 0.1) + 0.25 * math.log(0.25 / 0.5)
+    assert float(out.loss.detach()) == pytest.approx(expected, rel=1e-5)
+    assert float(out.means["opd/student_top_k_mass"]) == pytest.approx(0.6, rel=1e-5)
+    out.loss.backward()
+    assert student.grad is not None and student.grad[0, 0].tolist() == pytest.approx([-0.75, -0.25])
+
+
+def test_an_invalid_top_k_entry_is_left_out_of_the_target() -> None:
+    student = torch.log(torch.tensor([[[0.1, 0.5]]]))
+    teacher = (torch.log(torch.tensor([[[0.6, 0.2]]])), torch.tensor([[[True, False]]]))
+    out = algorithm("opd", loss="topk_fkl").loss(LossInputs(
+        log_probs=torch.zeros(1, 1), old_log_probs=torch.zeros(1, 1), rollout_log_probs=torch.zeros(1, 1),
+        advantages=torch.zeros(1, 1), mask=torch.ones(1, 1), num_tokens=1.0, num_seqs=1.0,
+        ref_log_probs=torch.zeros(1, 1), top_k_log_probs=student, teacher_top_k=teacher,
+    ))  # fmt: skip
+    assert float(out.loss) == pytest.approx(math.log(1 / 0.1), rel=1e-5)  # q = (1, 0)
+
+
+def test_a_top_k_step_reads_the_students_log_probs_of_the_teachers_ids_from_the_same_forward() -> None:
+    model = tiny_model()
+    samples = rollouts(model, num_prompts=2, per_prompt=2)
+    with_top = []
+    for s in samples:  # the teacher is the model itself: its top-2 at each response row
+        seq = torch.tensor([[*s.prompt_ids, *s.response_ids]])
+        with torch.no_grad():
+            rows = torch.log_softmax(model(seq).logits[0, len(s.prompt_ids) - 1 : -1].float(), dim=-1)
+        top = rows.topk(2)
+        with_top.append(dataclasses.replace(s, teacher=_scores(s.rollout_log_probs, top.indices.tolist(),
+                                                               top.values.tolist())))  # fmt: skip
+    batch = collate(with_top, PAD)
+    assert batch.teacher_top_ids is not None and batch.teacher_top_ids.shape[-1] == 2
+    metrics = step(backend(model), batch, algorithm("opd", loss="topk_fkl")).metrics
+    # before the update the student is the teacher: its mass on the top-2 is the teacher's own
+    mass = [float(t.exp().sum(-1).mean()) for t in [batch.teacher_top_log_probs[batch.teacher_top_valid.any(-1)]]]
+    assert metrics["opd/student_top_k_mass"] == pytest.approx(mass[0], rel=1e-4)
+    assert metrics["opd/fkl_loss"] > 0  # the renormalised top-2 is sharper than the student's full distribution

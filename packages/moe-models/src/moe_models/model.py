@@ -132,12 +132,35 @@ class MoEForCausalLM(nn.Module):
         log_probs[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]; entries whose target
         is padding are computed all the same (the caller masks them).
         """
+        log_probs, _, routed = self.token_log_probs_at(input_ids, attention_mask, None, temperature=temperature,
+                                                       replay=replay, capture_routing=capture_routing)  # fmt: skip
+        return log_probs, routed
+
+    def token_log_probs_at(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        at_ids: torch.Tensor | None,
+        *,
+        temperature: float = 1.0,
+        replay: RouterReplay | None = None,
+        capture_routing: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
+        `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
+        (log_probs [B, T-1], at [B, T-1, K] or None, routed or None)."""
         if not temperature > 0:
             raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
         out = self(input_ids, attention_mask, replay=replay, capture_routing=capture_routing)
         logits = out.logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
-        targets = input_ids[:, 1:, None]
-        picked = logits.gather(-1, targets).squeeze(-1)  # [B, T-1]
-        return picked - torch.logsumexp(logits, dim=-1), out.routed_experts
+        norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # [B, T-1, 1]
+        picked = logits.gather(-1, input_ids[:, 1:, None]) - norm
+        at = None
+        if at_ids is not None:
+            if tuple(at_ids.shape[:2]) != tuple(picked.shape[:2]):
+                raise ValueError(f"at_ids: expected shape [B, T-1, K] = {tuple(picked.shape[:2])} + [K], got "
+                                 f"{tuple(at_ids.shape)}")  # fmt: skip
+            at = logits.gather(-1, at_ids) - norm
+        return picked.squeeze(-1), at, out.routed_experts

@@ -19,7 +19,7 @@ from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
-from trainers.algorithm.config import AlgorithmConfig, PPOConfig
+from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
 from trainers.backend.config import BackendConfig, OptimConfig
 from trainers.train_config import TrainLoopConfig
 
@@ -138,3 +138,5 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         if self.algorithm.kind == "opd":
             check_temperature(self.teacher, self.rollout.temperature)
+            if isinstance(self.algorithm, OPDConfig) and self.algorithm.loss == "topk_fkl" and self.teacher.top_k == 0:
+                raise ValueError("algorithm.loss topk_fkl: expected teacher.top_k > 0 (the ids it distills), got 0")

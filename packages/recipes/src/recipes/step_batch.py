@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,12 +30,7 @@ def to_train_sample(s: ScoredSample) -> TrainSample:
         s.trajectory, uid=r.request_id, group_id=r.group_id, reward=s.reward, acc=s.acc,
         data_source=r.example.data_source,
     )  # fmt: skip
-    if s.teacher is not None:
-        if s.teacher.num_rows != len(sample.response_ids):
-            raise ValueError(f"sample {s.uid}: teacher scores have {s.teacher.num_rows} rows, expected one per "
-                             f"response token ({len(sample.response_ids)})")  # fmt: skip
-        sample.teacher_log_probs = s.teacher.sampled.tolist()
-    return sample
+    return sample if s.teacher is None else dataclasses.replace(sample, teacher=s.teacher)
 
 
 def build_step_batch(scored: Sequence[ScoredSample], *, multiple: int, pad_token_id: int) -> StepBatch:

@@ -5,7 +5,8 @@ Sequence b occupies positions `0 .. N_b-1` of `input_ids` (prompt then response)
 model's output row `t`, the distribution that token `t+1` was sampled from. Response token `j` of a sample with
 prompt length `P` is therefore entry `P-1+j` of `response_mask`, `rollout_log_probs` and `token_versions`.
 
-`teacher_log_probs` (distillation) is on the shifted grid too: a teacher's log-prob of each response token.
+`teacher_log_probs` (distillation) is on the shifted grid too: a teacher's log-prob of each response token, and
+with a teacher top-k, `teacher_top_*` its K most likely ids per row, their log-probs and validity.
 `to(device)` moves what a forward and a loss read; `is_padding`, `prompt_lengths` and `seq_lengths` stay on the
 host, where batches are planned (row choice, widths, micro-batch splits) without waiting for a device.
 """
@@ -47,6 +48,9 @@ class TrainBatch:
     uids: list[str]
     data_sources: list[str]
     teacher_log_probs: torch.Tensor | None = None  # [B, T-1] float32, 0 off the response; None: no teacher
+    teacher_top_ids: torch.Tensor | None = None  # [B, T-1, K] int64, the teacher's top-k per row (None: K = 0)
+    teacher_top_log_probs: torch.Tensor | None = None  # [B, T-1, K] float32
+    teacher_top_valid: torch.Tensor | None = None  # [B, T-1, K] bool, False off the response and on pads
 
     @property
     def batch_size(self) -> int:
@@ -74,7 +78,8 @@ class TrainBatch:
             response_mask=move(self.response_mask), rollout_log_probs=move(self.rollout_log_probs),
             token_versions=move(self.token_versions), replay_ids=move(self.replay_ids),
             replay_mask=move(self.replay_mask), rewards=move(self.rewards),
-            teacher_log_probs=move(self.teacher_log_probs),
+            teacher_log_probs=move(self.teacher_log_probs), teacher_top_ids=move(self.teacher_top_ids),
+            teacher_top_log_probs=move(self.teacher_top_log_probs), teacher_top_valid=move(self.teacher_top_valid),
         )  # fmt: skip
 
 
@@ -106,24 +111,45 @@ def _replay(samples: Sequence[TrainSample], spec: RoutingSpec, width: int) -> tu
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def _teacher(samples: Sequence[TrainSample], width: int) -> torch.Tensor | None:
-    """`[B, width-1]` teacher log-probs when every real sample has them, None when none has; pads get 0."""
+@dataclass(frozen=True)
+class _TeacherTensors:
+    log_probs: torch.Tensor  # [B, T-1]
+    top_ids: torch.Tensor | None  # [B, T-1, K]
+    top_log_probs: torch.Tensor | None  # [B, T-1, K]
+    top_valid: torch.Tensor | None  # [B, T-1, K] bool
+
+
+def _teacher(samples: Sequence[TrainSample], width: int) -> _TeacherTensors | None:
+    """The teacher's scores on the shifted grid when every real sample has them, None when none has; pads (and
+    every entry off a response) get log-prob 0 and invalid top-k entries. All real samples share one top-k."""
     real = [s for s in samples if not s.is_padding]
-    having = sum(s.teacher_log_probs is not None for s in real)
-    if having == 0:
+    having = [s for s in real if s.teacher is not None]
+    if not having:
         return None
-    if having != len(real):
-        missing = [s.uid for s in real if s.teacher_log_probs is None]
+    if len(having) != len(real):
+        missing = [s.uid for s in real if s.teacher is None]
         raise ValueError(
-            f"collate: expected teacher log-probs on every real sample or none, got {len(missing)} without "
+            f"collate: expected teacher scores on every real sample or none, got {len(missing)} without "
             f"({missing[:5]}): a sample is never trained without its teacher's scores"
         )
-    out = torch.zeros((len(samples), width - 1), dtype=torch.float32)
-    for b, s in enumerate(samples):
-        if s.teacher_log_probs is not None and s.response_ids:
-            p = len(s.prompt_ids)
-            out[b, p - 1 : p - 1 + len(s.response_ids)] = torch.tensor(s.teacher_log_probs, dtype=torch.float32)
-    return out
+    ks = {s.teacher.top_k for s in having if s.teacher is not None}
+    if len(ks) != 1:
+        raise ValueError(f"collate: expected one teacher top-k for every sample, got {sorted(ks)}")
+    k, b = ks.pop(), len(samples)
+    lp = torch.zeros((b, width - 1), dtype=torch.float32)
+    ids = torch.zeros((b, width - 1, k), dtype=torch.int64) if k else None
+    top = torch.zeros((b, width - 1, k), dtype=torch.float32) if k else None
+    valid = torch.zeros((b, width - 1, k), dtype=torch.bool) if k else None
+    for i, s in enumerate(samples):
+        t = s.teacher
+        if t is None or not s.response_ids:
+            continue
+        rows = slice(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.response_ids))
+        lp[i, rows] = torch.from_numpy(t.sampled)
+        if ids is not None and top is not None and valid is not None:
+            ids[i, rows], top[i, rows], valid[i, rows] = (torch.from_numpy(t.ids), torch.from_numpy(t.logprobs),
+                                                          torch.from_numpy(t.valid))  # fmt: skip
+    return _TeacherTensors(lp, ids, top, valid)
 
 
 def collate(samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
@@ -150,6 +176,7 @@ def collate(samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
             versions[b, p - 1 : p - 1 + r] = torch.tensor(s.token_versions, dtype=torch.int64)
     spec = _routing_spec(samples)
     replay_ids, replay_mask = (None, None) if spec is None else _replay(samples, spec, width)
+    teacher = _teacher(samples, width)
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -165,5 +192,8 @@ def collate(samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
         group_ids=[s.group_id for s in samples],
         uids=[s.uid for s in samples],
         data_sources=[s.data_source for s in samples],
-        teacher_log_probs=_teacher(samples, width),
+        teacher_log_probs=None if teacher is None else teacher.log_probs,
+        teacher_top_ids=None if teacher is None else teacher.top_ids,
+        teacher_top_log_probs=None if teacher is None else teacher.top_log_probs,
+        teacher_top_valid=None if teacher is None else teacher.top_valid,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout_core import Trajectory, TrajectoryStatus
+from rollout_core.teacher_scores import TeacherScores
 from routing_state import RoutingTrace
 
 __all__ = ["TrainSample"]
@@ -16,8 +17,8 @@ class TrainSample:
 
     `loss_mask`, `rollout_log_probs` and `token_versions` have one entry per response token (tool tokens:
     mask 0, log-prob 0.0, version NOT_SAMPLED). `group_id` groups the samples of one prompt for GRPO/RLOO;
-    `uid` names this sample. `teacher_log_probs` (distillation only) has one entry per response token, the
-    teacher's log-prob of that token (tool tokens are scored too, never in the loss). `routing` has rows for
+    `uid` names this sample. `teacher` (distillation only) has one row per response token: the teacher's scores
+    of that token and, optionally, its top-k (tool tokens are scored too, never in the loss). `routing` has rows for
     positions `0 .. len(prompt)+len(response)-2` (or fewer: rows it lacks route natively). A padding sample
     (`is_padding`) is inert: zero loss mask, zero reward, its own group (see `trainers.padding`).
     """
@@ -36,17 +37,18 @@ class TrainSample:
     routing: RoutingTrace | None = None
     status: TrajectoryStatus = TrajectoryStatus.OK
     num_turns: int = 0
-    teacher_log_probs: list[float] | None = None  # one per response token: a teacher's log-prob (distillation)
+    teacher: TeacherScores | None = None  # distillation: a teacher's scores, one row per response token
 
     def __post_init__(self) -> None:
         self.status = TrajectoryStatus(self.status)
         n = len(self.response_ids)
-        for name in ("loss_mask", "rollout_log_probs", "token_versions", "teacher_log_probs"):
-            if getattr(self, name) is None:
-                continue
+        for name in ("loss_mask", "rollout_log_probs", "token_versions"):
             got = len(getattr(self, name))
             if got != n:
                 raise ValueError(f"TrainSample.{name}: expected {n} entries (one per response token), got {got}")
+        if self.teacher is not None and self.teacher.num_rows != n:
+            raise ValueError(f"TrainSample.teacher: expected {n} rows (one per response token), got "
+                             f"{self.teacher.num_rows}")  # fmt: skip
         if not self.prompt_ids:
             raise ValueError("TrainSample.prompt_ids: expected at least one prompt token, got none")
         if any(v not in (0, 1) for v in self.loss_mask):

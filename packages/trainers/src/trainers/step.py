@@ -107,7 +107,13 @@ def _no_replay_sample(backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoo
     return out | log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/sample_replay")
 
 
-def _inert(log_probs: torch.Tensor) -> LossOutputs:
+def _top_k(batch: TrainBatch, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The teacher's top-k log-probs and validity `[b, width, K]` of `rows`, when the batch has them."""
+    lp, valid = batch.teacher_top_log_probs, batch.teacher_top_valid
+    return None if lp is None or valid is None else (lp[rows, :width], valid[rows, :width])
+
+
+def _inert(log_probs: torch.Tensor, top_k: torch.Tensor | None = None) -> LossOutputs:
     """A zero loss: the forward joins the other ranks' collectives and adds nothing to any gradient."""
     return LossOutputs(log_probs.sum() * 0.0)
 
@@ -130,7 +136,8 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
         sub = select_rows(batch, rows)
         width = sub.input_ids.shape[1] - 1
 
-        def loss_fn(lp: torch.Tensor, rows: list[int] = rows, width: int = width) -> LossOutputs:
+        def loss_fn(lp: torch.Tensor, top: torch.Tensor | None, rows: list[int] = rows,
+                    width: int = width) -> LossOutputs:  # fmt: skip
             if capture is not None:
                 capture[rows, :width] = lp.detach()
             return algorithm.loss(LossInputs(
@@ -138,6 +145,7 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
                 advantages=t.advantages[rows, :width], mask=t.mask[rows, :width], num_tokens=plan.num_tokens,
                 num_seqs=plan.num_seqs, ref_log_probs=None if t.ref is None else t.ref[rows, :width],
                 is_weights=None if t.is_weights is None else t.is_weights[rows, :width],
+                top_k_log_probs=top, teacher_top_k=_top_k(batch, rows, width),
             ))  # fmt: skip
 
         out = backend.forward_backward(sub, loss_fn, replay=replay)

@@ -195,19 +195,21 @@ class OPDConfig(PPOConfig):
     """On-policy distillation: the student samples, a teacher scores every sampled token (`teacher` section), and the
     student moves toward the teacher. `loss`: `pg`, the per-token advantage log pi_T - log pi_S of the sampled token
     (clamped at +-`log_ratio_clamp`) through PPO's clipped surrogate; `k2` / `k3`, a supervised reverse-KL estimator
-    of the sampled token (gradient through log pi_S) weighted by `distill_coef`. `reward_coef` > 0 adds the task
+    of the sampled token (gradient through log pi_S), or `topk_fkl`, the forward KL to the teacher's top-k, weighted
+    by `distill_coef`. `reward_coef` > 0 adds the task
     reward's advantage (`advantage` estimator) to the pg advantage, or as a PPO term beside k2 / k3; 0: distillation
     only. PPO's keys (clip, dual clip, old log-probs) apply to the pg term. The teacher replaces the reference:
     `kl.coef` must be 0."""
 
     kind: Literal["opd"] = "opd"
-    loss: Literal["pg", "k1", "k2", "k3"] = _help(
-        "pg (advantage log pi_T - log pi_S through PPO's clip), k2 or k3 (supervised reverse-KL estimators); k1 is "
-        "refused: as a loss its gradient is the score function alone, which carries no signal from the teacher",
+    loss: Literal["pg", "k1", "k2", "k3", "topk_fkl"] = _help(
+        "pg (advantage log pi_T - log pi_S through PPO's clip), k2 or k3 (supervised reverse-KL estimators), topk_fkl "
+        "(forward KL to the teacher's top-k, GKD; needs teacher.top_k > 0); k1 is refused: as a loss its gradient "
+        "is the score function alone, which carries no signal from the teacher",
         "pg",
     )
     reward_coef: float = _help("weight of the task reward's advantage (0: distillation only)", 0.0)
-    distill_coef: float = _help("weight of the k2 / k3 distillation term (ignored by pg)", 1.0)
+    distill_coef: float = _help("weight of the k2 / k3 / topk_fkl distillation term (ignored by pg)", 1.0)
     log_ratio_clamp: float = _help("clamp of the pg advantage log pi_T - log pi_S, in nats", 5.0)
 
     def __post_init__(self) -> None:

@@ -26,6 +26,8 @@ class LossInputs:
     num_seqs: float
     ref_log_probs: torch.Tensor | None = None  # [b, t] the reference policy (KL) or a teacher (distillation)
     is_weights: torch.Tensor | None = None  # [b, t] rollout-correction weights, detached; None: all 1
+    top_k_log_probs: torch.Tensor | None = None  # [b, t, K] log pi_theta of the teacher's top-k ids (with grad)
+    teacher_top_k: tuple[torch.Tensor, torch.Tensor] | None = None  # ([b, t, K] teacher log-probs, [b, t, K] valid)
 
 
 @dataclass

@@ -9,6 +9,10 @@ import torch
 from trainers.batch import TrainBatch
 
 
+def _rows(t: torch.Tensor | None, idx: torch.Tensor, width: int) -> torch.Tensor | None:
+    return None if t is None else t[idx, :width]
+
+
 def select_rows(batch: TrainBatch, rows: Sequence[int]) -> TrainBatch:
     """The sub-batch of `rows` (in that order), trimmed to its own longest sequence.
 
@@ -35,7 +39,10 @@ def select_rows(batch: TrainBatch, rows: Sequence[int]) -> TrainBatch:
         seq_lengths=batch.seq_lengths[idx],
         group_ids=[batch.group_ids[i] for i in rows],
         uids=[batch.uids[i] for i in rows],
-        teacher_log_probs=None if batch.teacher_log_probs is None else batch.teacher_log_probs[idx, : width - 1],
+        teacher_log_probs=_rows(batch.teacher_log_probs, idx, width - 1),
+        teacher_top_ids=_rows(batch.teacher_top_ids, idx, width - 1),
+        teacher_top_log_probs=_rows(batch.teacher_top_log_probs, idx, width - 1),
+        teacher_top_valid=_rows(batch.teacher_top_valid, idx, width - 1),
         data_sources=[batch.data_sources[i] for i in rows],
     )
 

@@ -18,7 +18,8 @@ from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
 
 PolicyRole = Literal["policy", "reference"]
-LossFn = Callable[[torch.Tensor], LossOutputs]  # the micro-batch's current log-probs [b, t-1] -> loss and metrics
+# (the micro-batch's current log-probs [b, t-1], those of the teacher's top-k ids [b, t-1, K] or None) -> loss
+LossFn = Callable[[torch.Tensor, torch.Tensor | None], LossOutputs]
 
 
 @runtime_checkable
@@ -30,8 +31,9 @@ class TrainingBackend(Protocol):
       token under the sampling temperature, no gradient; `replay` replays each sample's recorded routing (rows
       without a record route natively); `role="reference"` scores with the frozen reference weights (only when
       the backend was built with them).
-    - `forward_backward(micro, loss_fn, replay=...)`: forward with gradient, `loss_fn(log_probs)`, backward of its
-      loss (scaled as the sharding needs); returns the loss function's outputs, detached.
+    - `forward_backward(micro, loss_fn, replay=...)`: forward with gradient, `loss_fn(log_probs, top_k)`, backward
+      of its loss (scaled as the sharding needs); returns the loss function's outputs, detached. `top_k` `[b, t-1,
+      K]` are the log-probs of `micro.teacher_top_ids` from the same forward when the batch has them, else None.
     - `zero_grad()`: drops the gradients (the step calls it before each mini-batch's first backward).
     - `optimizer_step()`: clips the global grad norm and steps; returns the norm (0-dim, before clipping). The
       gradients stay until the next `zero_grad` (tests read them).

@@ -79,16 +79,20 @@ class TorchBackend:
         return float(self.optimizer.param_groups[0]["lr"])
 
     # ------------------------------------------------------------------ forward
-    def _forward(self, model: MoEForCausalLM, micro: TrainBatch, replay: bool) -> torch.Tensor:  # [b, t-1]
+    def _forward(self, model: MoEForCausalLM, micro: TrainBatch, replay: bool,
+                 top_k: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """([b, t-1] log-probs, [b, t-1, K] log-probs of the teacher's top-k ids when `top_k` and the batch has
+        them, else None)."""
         micro = micro.to(self._device)
         routing = None
         if replay:
             if micro.replay_ids is None or micro.replay_mask is None:
                 raise ValueError("router replay: expected a batch with routing (replay_ids), got none (dense model?)")
             routing = RouterReplay(micro.replay_ids, micro.replay_mask)
-        log_probs, _ = model.token_log_probs(micro.input_ids, micro.attention_mask, temperature=self.temperature,
-                                             replay=routing)  # fmt: skip
-        return log_probs
+        at_ids = micro.teacher_top_ids if top_k else None
+        log_probs, at, _ = model.token_log_probs_at(micro.input_ids, micro.attention_mask, at_ids,
+                                                    temperature=self.temperature, replay=routing)  # fmt: skip
+        return log_probs, at
 
     @torch.no_grad()
     def log_probs(
@@ -99,10 +103,10 @@ class TorchBackend:
             if self.reference is None:
                 raise ValueError("log_probs(role='reference'): expected a backend built with a reference, got none")
             model = self.reference
-        return [self._forward(model, micro, replay) for micro in micro_batches]
+        return [self._forward(model, micro, replay)[0] for micro in micro_batches]
 
     def forward_backward(self, micro: TrainBatch, loss_fn: LossFn, *, replay: bool) -> LossOutputs:
-        out = loss_fn(self._forward(self.model, micro, replay))
+        out = loss_fn(*self._forward(self.model, micro, replay, top_k=True))
         world = 1 if self.dp is None else self.dp.world_size
         (out.loss * world).backward()  # FSDP2 averages gradients over ranks; the loss has global denominators
         return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
