@@ -1,4 +1,5 @@
-"""Shared by the async_ppo test modules: the tiny task settings and reading trained prompts back from dumps."""
+"""Shared by the async_ppo test modules (a uniquely named module: `conftest` is ambiguous when several test
+folders are collected together): the tiny task and run settings and reading trained prompts back from dumps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from trainers.dumps import read_dump
 TASK = [
     "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
     "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+]  # fmt: skip
+
+
+TINY = [  # the tiny async settings (tests/async_ppo/conftest.py builds configs from them)
+    *TASK,
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
+    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
+    "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "10",
 ]  # fmt: skip
 
 

@@ -14,17 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the uniquely named h
 
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
-from async_ppo_helpers import TASK
+from async_ppo_helpers import TINY
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 torch.set_num_threads(1)
-
-TINY = [
-    *TASK,
-    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
-    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
-    "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "10",
-]  # fmt: skip
 
 
 @pytest.fixture(scope="session")

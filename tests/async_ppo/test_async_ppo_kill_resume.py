@@ -14,8 +14,7 @@ import uuid
 from pathlib import Path
 
 from async_ppo.ledger import LedgerState
-from async_ppo_helpers import trained_prompt_indices
-from conftest import TINY
+from async_ppo_helpers import TINY, trained_prompt_indices
 from run_logging import read_metrics
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "async_ppo"

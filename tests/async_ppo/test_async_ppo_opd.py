@@ -1,10 +1,12 @@
 """On-policy distillation in the async pipeline (one Ray session for the module, 3 logical CPUs: trainer, rollouter
 and a one-replica teacher pool): every trained sample carries its teacher's scores, a teacher replica that dies is
-restarted and its pending call redone, and a pool the cluster cannot hold fails naming what is missing."""
+restarted and its pending call redone, a pool the cluster cannot hold fails naming what is missing, and a vLLM
+teacher (marker `vllm`) serves the scores from a server its replica owns."""
 
 from __future__ import annotations
 
 import math
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from async_ppo.config import AsyncConfig, RayConfig
 from async_ppo.pipeline import train
 from async_ppo.ray_session import LocalRay
+from engine_adapters.vllm import default_python
 from run_logging import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -51,3 +54,21 @@ def test_a_teacher_pool_the_cluster_cannot_hold_fails_naming_what_is_missing(
                       "--ray.startup_timeout_s", "3")  # fmt: skip
     with pytest.raises(RuntimeError, match=r"could not reserve the teacher pool .*teacher.replicas 2 x teacher.cpus"):
         train(cfg)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not default_python().exists(), reason="vLLM environment absent: run scripts/setup_vllm_env.sh")
+@pytest.mark.timeout(900)
+def test_a_vllm_teacher_replica_serves_the_scores_and_its_server_ends_with_the_run(
+    tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
+) -> None:
+    run = tmp_path / "run"
+    train(tiny_config(run, "--run.steps", "2", *TEACHER, "--teacher.engine", "vllm", "--teacher.top_k", "3"))
+    train_rows = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r]
+    assert [r["step"] for r in train_rows] == [1, 2]
+    assert all(math.isfinite(r["opd/reverse_kl"]) and 0 < r["teacher/top_k_mass"] <= 1 for r in train_rows)
+    log = run / "teacher" / "replica-0" / "vllm-teacher.log"
+    assert log.exists() and log.stat().st_size > 0
+    # the only vLLM server of this test is the teacher's (the rollout engine is native)
+    left = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)
+    assert not left.stdout.split(), f"vLLM teacher processes outlived the run: {left.stdout.split()}"

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from async_ppo_helpers import TINY
 from run_logging import RunLock, read_metrics
 
 pytestmark = pytest.mark.slow

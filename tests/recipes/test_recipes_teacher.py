@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
-from native_engine.scoring import TeacherScorer
 from recipes.rollout import generate_all
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher
-from recipes.teacher_stream import LocalTeacher, TeacherStream, attach_teacher
+from recipes.teacher_engine import NativeTeacherEngineConfig, TeacherSite
+from recipes.teacher_stream import TeacherStream, attach_teacher
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
 from rollout_core.testing import ScriptedEngine
@@ -55,15 +55,22 @@ def test_generate_all_hands_each_group_over_as_soon_as_it_finishes() -> None:
     assert [len(t.response_ids) for t in trajectories] == [2, 2, 40, 40]  # request order kept
 
 
-def test_the_stream_scores_every_ok_trajectory_of_a_group_and_skips_the_others() -> None:
-    teacher = LocalTeacher(TeacherScorer(_model(), temperature=1.0))
-    stream = TeacherStream(teacher)
+def test_the_stream_scores_every_ok_trajectory_of_a_group_and_skips_the_others(tmp_path: Path) -> None:
+    save_pretrained(_model(), tmp_path / "teacher", TOK)
+    site = TeacherSite(str(tmp_path / "teacher"), 1.0, 0, 64, str(tmp_path / "work"))
     requests = _requests({"g": 3})
     ok = Trajectory(prompt_ids=[1, 4, 5], status=TrajectoryStatus.OK)
     ok.response_ids.extend([6, 7, 2])
     failed = Trajectory(prompt_ids=[1, 4, 5], status=TrajectoryStatus.ERROR, error="boom")
-    asyncio.run(stream.after_group(requests, [ok, failed]))
-    teacher.close()
+
+    async def main() -> TeacherStream:
+        teacher = await NativeTeacherEngineConfig().build(site)
+        stream = TeacherStream(teacher)
+        await stream.after_group(requests, [ok, failed])
+        await teacher.close()
+        return stream
+
+    stream = asyncio.run(main())
     assert set(stream.scores) == {"g-r0"} and stream.scores["g-r0"].num_rows == 3
     metrics = stream.metrics()
     assert metrics["teacher/score_s"] > 0 and metrics["teacher/tokens_per_s"] > 0
@@ -127,3 +134,10 @@ def test_the_top_k_forward_kl_without_a_teacher_top_k_fails_at_parse_time(tmp_pa
         parse(base)
     cfg, _ = parse([*base, "--teacher.top_k", "4"])
     assert cfg.teacher.top_k == 4
+
+
+def test_a_vllm_teacher_below_temperature_1_fails_at_parse_time(tmp_path: Path) -> None:
+    flags = ["--algorithm.kind", "opd", "--teacher.engine", "vllm", "--run.dir", str(tmp_path / "run")]
+    with pytest.raises(ValueError, match=r"teacher.engine vllm: vLLM's prompt log-probs are at temperature 1"):
+        parse([*flags, "--rollout.temperature", "0.7", "--teacher.temperature", "0.7"])
+    assert parse(flags)[0].teacher.engine.kind == "vllm"

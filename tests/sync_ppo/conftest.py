@@ -9,25 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `from conftest import TINY` in this folder's modules
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the uniquely named helper modules next to this file
 
 from sync_ppo.cli import parse
 from sync_ppo.config import SyncConfig
+from sync_ppo_helpers import NATIVE_ENGINE, TINY, TOY_TASK
 
 torch.set_num_threads(1)  # tiny matmuls: one intra-op thread is much faster on a shared 2-core machine
-
-TINY = [
-    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
-    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3",
-    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
-    "--run.progress", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "5",
-]  # fmt: skip
-
-
-TOY_TASK = [
-    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
-]  # fmt: skip
-NATIVE_ENGINE = ["--rollout.engine.slots", "16"]
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, TOY_TASK
 from run_logging import read_metrics
+from sync_ppo_helpers import TINY, TOY_TASK
 
 pytestmark = pytest.mark.slow
 

@@ -123,7 +123,8 @@ class Pipeline:
         if self.teacher is None:
             return None
         cfg = self.cfg
-        return TeacherPool.start(cfg.teacher, str(self.teacher.directory), timeout_s=cfg.ray.startup_timeout_s,
+        return TeacherPool.start(cfg.teacher, self.teacher, max_len=self.setup.max_len,
+                                 work_dir=str(self.setup.run.root / "teacher"), timeout_s=cfg.ray.startup_timeout_s,
                                  crash_after_calls=cfg.faults.teacher_crash_after_calls)  # fmt: skip
 
     def _validate(self, step: int, weights: Any) -> None:
@@ -244,6 +245,8 @@ class Pipeline:
         await self.broker.stop.remote()
         await self.fleet.stop()
         await self.validator.close.remote()
+        if self.teachers is not None:
+            await self.teachers.close()
 
     def kill(self) -> None:
         """Ends every actor this pipeline made (after an error too), so an attached Ray session stays clean."""
@@ -253,7 +256,7 @@ class Pipeline:
             if h is not None:
                 ray.kill(h, no_restart=True)
         if self.teachers is not None:
-            self.teachers.close()
+            self.teachers.kill()
 
 
 async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:

@@ -1,23 +1,27 @@
 """TeacherPool: the distillation teacher's replicas, Ray actors in a placement group of their own (never in the
-trainer's or a rollouter's bundle), each serving `score` (one prefill per batch: `native_engine.TeacherScorer`).
+trainer's or a rollouter's bundle), each serving `score` on its engine (`teacher.engine`: the native scorer or a vLLM
+server the replica starts and owns).
 
 A rollouter scores each group as soon as it has generated it, on replica `group index % replicas`, so scoring runs
 while other groups still generate. A replica whose process dies is restarted by Ray (`teacher.max_restarts`) and the
 calls it had pending are run again on the new incarnation (`max_task_retries=-1`): a group waits for its scores,
-it is never handed to the trainer without them. `fault/teacher_restarts` counts the restarts.
+it is never handed to the trainer without them. `fault/teacher_restarts` counts the replicas running a restarted
+incarnation (a replica restarted twice counts once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from recipes.teacher import TeacherConfig
+from recipes.teacher import TeacherCheckpoint, TeacherConfig, teacher_site
+from recipes.teacher_engine import TeacherSite
+from recipes.teachers.protocol import TeacherEngine
 from rollout_core.teacher_scores import TeacherScores
 
 
@@ -32,44 +36,51 @@ class TeacherStats:
 
 
 class TeacherActor:
-    """One replica. `crash_after_calls` > 0 injects a fault: the first incarnation exits (os._exit) when that many
-    calls have arrived, before answering the last one (which Ray then runs again on the restarted replica)."""
+    """One replica (an async actor): its engine (`teacher.engine`) starts on the first call, in every incarnation.
+    `crash_after_calls` > 0 injects a fault: the first incarnation exits (os._exit) when that many calls have
+    arrived, before answering the last one (which Ray then runs again on the restarted replica)."""
 
-    def __init__(self, checkpoint_dir: str, cfg: TeacherConfig, torch_threads: int, crash_after_calls: int = 0) -> None:
+    def __init__(self, cfg: TeacherConfig, site: TeacherSite, torch_threads: int, crash_after_calls: int = 0) -> None:
         import torch
-        from native_engine.scoring import TeacherScorer
 
         torch.set_num_threads(torch_threads)
-        self.scorer = TeacherScorer.load(checkpoint_dir, temperature=cfg.temperature, top_k=cfg.top_k,
-                                         batch_tokens=cfg.batch_tokens)  # fmt: skip
+        self.cfg, self.site = cfg, site
+        self.engine: TeacherEngine | None = None
+        self._starting = asyncio.Lock()
         self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.crash_after_calls = 0 if self.restarted else crash_after_calls
-        self.calls, self.tokens, self.busy_s = 0, 0, 0.0
+        self.calls = 0
 
-    def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[TeacherScores]:
+    async def _engine(self) -> TeacherEngine:
+        async with self._starting:
+            if self.engine is None:
+                self.engine = await self.cfg.engine.build(self.site)
+        return self.engine
+
+    async def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[TeacherScores]:
         """`(prompt_ids, response_ids)` pairs -> one TeacherScores each, in order."""
-        from native_engine.scoring import ScoreRequest
-
         self.calls += 1
         if self.crash_after_calls and self.calls >= self.crash_after_calls:
             os._exit(19)  # injected fault: the process dies as on an OOM kill, with this call pending
-        t0 = time.perf_counter()
-        requests = [ScoreRequest(p, r) for p, r in sequences]
-        out = self.scorer.score(requests)
-        self.busy_s += time.perf_counter() - t0
-        self.tokens += sum(r.num_tokens for r in requests)
-        return out
+        return await (await self._engine()).score(sequences)
 
     def stats(self) -> TeacherStats:
-        return TeacherStats(self.calls, self.tokens, self.busy_s, self.restarted)
+        busy, tokens = (0.0, 0) if self.engine is None else (self.engine.busy_s, self.engine.tokens)
+        return TeacherStats(self.calls, tokens, busy, self.restarted)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
+            self.engine = None
 
 
 class TeacherPool:
     def __init__(self, group: PlacementGroup, handles: list[Any]) -> None:
         self.group, self.handles = group, handles
+        self._killed = False
 
     @classmethod
-    def start(cls, cfg: TeacherConfig, checkpoint_dir: str, *, timeout_s: float,
+    def start(cls, cfg: TeacherConfig, teacher: TeacherCheckpoint, *, max_len: int, work_dir: str, timeout_s: float,
               crash_after_calls: int = 0) -> TeacherPool:  # fmt: skip
         """Reserves `replicas` bundles of `cpus` CPUs, then starts one replica in each; raises RuntimeError naming
         what is missing when the cluster cannot hold the pool within `timeout_s`."""
@@ -89,12 +100,14 @@ class TeacherPool:
             strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
             options = {"num_cpus": cfg.cpus, "scheduling_strategy": strategy, "max_restarts": cfg.max_restarts,
                        "max_task_retries": -1}  # fmt: skip
+            site = teacher_site(cfg, teacher, max_len, f"{work_dir}/replica-{i}", i)
             handles.append(ray.remote(TeacherActor).options(**options).remote(
-                checkpoint_dir, cfg, cfg.torch_threads, crash_after_calls if i == 0 else 0))  # fmt: skip
+                cfg, site, cfg.torch_threads, crash_after_calls if i == 0 else 0))  # fmt: skip
         return cls(group, handles)
 
     async def metrics(self) -> dict[str, float]:
-        """The pool's totals: busy seconds, tokens per busy second, calls, restarts (incarnations beyond the first)."""
+        """The pool's totals over the replicas' current incarnations: busy seconds, tokens per busy second, calls, and
+        how many replicas were restarted."""
         stats: list[TeacherStats] = [await h.stats.remote() for h in self.handles]
         busy, tokens = sum(s.busy_s for s in stats), sum(s.tokens for s in stats)
         return {
@@ -103,7 +116,18 @@ class TeacherPool:
             "fault/teacher_restarts": float(sum(s.restarted for s in stats)),
         }  # fmt: skip
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Stops every replica's engine (a vLLM server with it), then the actors and their placement group."""
+        try:
+            await asyncio.gather(*(h.close.remote() for h in self.handles), return_exceptions=True)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Ends the actors and frees their placement group (once; after an error too)."""
+        if self._killed:
+            return
+        self._killed = True
         for h in self.handles:
             ray.kill(h, no_restart=True)
         remove_placement_group(self.group)

@@ -138,5 +138,10 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         if self.algorithm.kind == "opd":
             check_temperature(self.teacher, self.rollout.temperature)
+            if self.teacher.engine.kind == "vllm" and self.teacher.temperature != 1.0:
+                raise ValueError(
+                    f"teacher.engine vllm: vLLM's prompt log-probs are at temperature 1; expected teacher.temperature "
+                    f"(= rollout.temperature) 1.0, got {self.teacher.temperature}"
+                )
             if isinstance(self.algorithm, OPDConfig) and self.algorithm.loss == "topk_fkl" and self.teacher.top_k == 0:
                 raise ValueError("algorithm.loss topk_fkl: expected teacher.top_k > 0 (the ids it distills), got 0")

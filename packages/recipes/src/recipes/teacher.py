@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from rl_tasks.model_presets import model_preset_names
 from rl_tasks.warmup import WarmupConfig, WarmupResult, ensure_base_checkpoint
 
+from recipes.teacher_engine import NativeTeacherEngineConfig, TeacherEngineConfig, TeacherSite
+
 if TYPE_CHECKING:
     from moe_models import CharTokenizer
     from rl_tasks.task import Task
@@ -45,21 +47,21 @@ class TeacherConfig:
     warmup_steps: int = _help("the default teacher's supervised warm-up steps", 1000)
     temperature: float = _help("temperature of the teacher's log-probs; must equal rollout.temperature", 1.0)
     top_k: int = _help("teacher top-k ids and log-probs kept per token, for metrics (0: the sampled token only)", 0)
-    batch_tokens: int = _help("padded tokens per teacher prefill", 4096)
     torch_threads: int = _help("torch threads of a teacher replica's process (async_ppo)", 1)
     replicas: int = _help("teacher replicas, Ray actors in a placement group of their own (async_ppo)", 1)
     cpus: float = _help("CPUs reserved per teacher replica (async_ppo)", 1.0)
     max_restarts: int = _help("restarts of a replica whose process died; its pending calls run again (async_ppo)", 3)
+    engine: TeacherEngineConfig = field(default_factory=NativeTeacherEngineConfig)
 
     def __post_init__(self) -> None:
         if self.model_preset not in model_preset_names():
             raise ValueError(
                 f"teacher.model_preset: expected one of {list(model_preset_names())}, got {self.model_preset!r}"
             )
-        if self.warmup_steps < 1 or self.top_k < 0 or self.batch_tokens < 1 or not self.temperature > 0:
+        if self.warmup_steps < 1 or self.top_k < 0 or not self.temperature > 0:
             raise ValueError(
-                f"teacher: expected warmup_steps >= 1, top_k >= 0, batch_tokens >= 1, temperature > 0; got "
-                f"{self.warmup_steps}, {self.top_k}, {self.batch_tokens}, {self.temperature}"
+                f"teacher: expected warmup_steps >= 1, top_k >= 0, temperature > 0; got {self.warmup_steps}, "
+                f"{self.top_k}, {self.temperature}"
             )
         if self.torch_threads < 1 or self.replicas < 1 or not self.cpus > 0 or self.max_restarts < 0:
             raise ValueError(
@@ -96,6 +98,11 @@ def ensure_teacher(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig,
         return TeacherCheckpoint(Path(cfg.checkpoint).resolve(), None, None)
     built = ensure_base_checkpoint(task, cfg.warmup(student_warmup), cache_root)
     return TeacherCheckpoint(built.checkpoint_dir, built.val_accuracy, built)
+
+
+def teacher_site(cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str,
+                 index: int = 0) -> TeacherSite:  # fmt: skip
+    return TeacherSite(str(teacher.directory), cfg.temperature, cfg.top_k, max_len, work_dir, index)
 
 
 def check_teacher(cfg: TeacherConfig, teacher: TeacherCheckpoint, student: CharTokenizer, max_len: int) -> None:

@@ -1,8 +1,8 @@
 """Teacher scoring streamed with rollout: each finished group is scored while the others still generate, and every
 ok sample of a step leaves with its teacher's scores (never without them).
 
-- `LocalTeacher`: a `native_engine.TeacherScorer` behind one worker thread of its own, so its prefills run beside
-  the engine's decode steps (torch releases the GIL in its kernels) and never block the event loop;
+- `build_teacher`: the run's teacher engine (`teacher.engine`: the native scorer on a thread of its own, or a vLLM
+  server), after the checks of `recipes.teacher`;
 - `TeacherStream`: the `after_group` hook of `recipes.rollout.generate_all`; it scores the group's trajectories (a
   multi-turn episode is one sequence: every turn, observations included, is scored in one prefill; observations
   stay out of the loss by their mask) and keeps the scores by request id;
@@ -13,51 +13,25 @@ Validation never passes through here: it is not distilled.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from native_engine.scoring import ScoreRequest, TeacherScorer
 from rollout_core import Trajectory, TrajectoryStatus
 from rollout_core.teacher_scores import TeacherScores
 
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from recipes.setup import RunSetup
-from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher, ensure_teacher
-
-
-class LocalTeacher:
-    """A teacher in this process: `score` runs the scorer on a dedicated thread (one call at a time). `busy_s` and
-    `tokens` accumulate the scoring time and the tokens scored (prompt + response)."""
-
-    def __init__(self, scorer: TeacherScorer) -> None:
-        self.scorer = scorer
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher")
-        self.busy_s, self.tokens = 0.0, 0
-
-    def _score(self, requests: list[ScoreRequest]) -> list[TeacherScores]:
-        t0 = time.perf_counter()
-        try:
-            return self.scorer.score(requests)
-        finally:
-            self.busy_s += time.perf_counter() - t0
-            self.tokens += sum(r.num_tokens for r in requests)
-
-    async def score(self, requests: list[ScoreRequest]) -> list[TeacherScores]:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._score, requests)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher, ensure_teacher, teacher_site
+from recipes.teachers.protocol import TeacherEngine
 
 
 class TeacherStream:
     """One step's scoring: pass `after_group` to `generate_all`, then read `scores` and `metrics()`."""
 
-    def __init__(self, teacher: LocalTeacher) -> None:
+    def __init__(self, teacher: TeacherEngine) -> None:
         self.teacher = teacher
         self.scores: dict[str, TeacherScores] = {}
         self._busy0, self._tokens0 = teacher.busy_s, teacher.tokens
@@ -68,8 +42,8 @@ class TeacherStream:
         self._last_generated = time.perf_counter()
         ok = [(r, t) for r, t in zip(requests, trajectories, strict=True) if t.status is TrajectoryStatus.OK]
         if ok:
-            calls = [ScoreRequest(t.prompt_ids, t.response_ids) for _, t in ok]
-            for (r, _), s in zip(ok, await self.teacher.score(calls), strict=True):
+            pairs = [(t.prompt_ids, t.response_ids) for _, t in ok]
+            for (r, _), s in zip(ok, await self.teacher.score(pairs), strict=True):
                 self.scores[r.request_id] = s
         self._last_scored = time.perf_counter()
 
@@ -108,12 +82,11 @@ def teacher_metrics(scored: Sequence[ScoredSample]) -> dict[str, float]:
     return {"opd/outside_top_k": float(outside), "teacher/top_k_mass": float(mass.mean()) if mass.size else 0.0}
 
 
-def build_local_teacher(cfg: TeacherConfig, setup: RunSetup) -> tuple[LocalTeacher, TeacherCheckpoint]:
+async def build_teacher(cfg: TeacherConfig, setup: RunSetup) -> tuple[TeacherEngine, TeacherCheckpoint]:
     """The run's teacher in this process: the given checkpoint or the cached default one (built on first use),
-    checked against the student (`recipes.teacher.check_teacher`) before its weights are loaded."""
+    checked against the student (`recipes.teacher.check_teacher`) before its engine starts."""
     warmup_cache = Path(setup.cfg.run.warmup_cache).resolve()
     where = ensure_teacher(cfg, setup.task, setup.cfg.warmup, warmup_cache)
     check_teacher(cfg, where, setup.tokenizer, setup.max_len)
-    scorer = TeacherScorer.load(where.directory, temperature=cfg.temperature, top_k=cfg.top_k,
-                                batch_tokens=cfg.batch_tokens)  # fmt: skip
-    return LocalTeacher(scorer), where
+    site = teacher_site(cfg, where, setup.max_len, str(setup.run.root / "teacher"))
+    return await cfg.engine.build(site), where

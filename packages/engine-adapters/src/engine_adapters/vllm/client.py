@@ -44,6 +44,13 @@ class VLLMClient:
                 _raise_for(r, "/inference/v1/generate")
             yield r.aiter_lines()
 
+    async def generate_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A non-streaming `/inference/v1/generate` (e.g. a prefill asking for `prompt_logprobs`): the JSON answer."""
+        r = await self._http.post("/inference/v1/generate", json=body)
+        if not r.is_success:
+            _raise_for(r, "/inference/v1/generate")
+        return r.json()
+
     async def _post(self, path: str, *, json: Any = None, params: dict[str, str] | None = None) -> httpx.Response:
         r = await post_control(self._http, path, json=json, params=params)
         _raise_for(r, path)

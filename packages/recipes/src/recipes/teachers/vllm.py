@@ -1,0 +1,54 @@
+"""A vLLM server as the teacher, started and owned by the process that builds it (as a vLLM rollout engine is:
+guarded so it never outlives its owner, output in `<work_dir>/vllm-teacher.log`, `max_model_len` = the longest
+sequence a run scores). Each response is one prefill asking for `prompt_logprobs` (`engine_adapters.vllm.teacher`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine_adapters.vllm import VLLMServer, VLLMServerConfig, default_python
+from engine_adapters.vllm.teacher import VLLMTeacher
+from rollout_core.teacher_scores import TeacherScores
+
+from recipes.engines.vllm import start_vllm_server
+from recipes.teacher_engine import TeacherSite, VLLMTeacherEngineConfig
+from recipes.teachers.protocol import Pair
+
+VLLM_TEACHER_LOG = "vllm-teacher.log"
+
+
+class VLLMTeacherEngine:
+    def __init__(self, server: VLLMServer, teacher: VLLMTeacher) -> None:
+        self.server, self.teacher = server, teacher
+        self.busy_s, self.tokens = 0.0, 0
+
+    @classmethod
+    async def launch(cls, cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VLLMTeacherEngine:
+        """Starts the server, waits for it off the event loop; any failure stops the server."""
+        python = Path(cfg.python) if cfg.python else default_python()
+        config = VLLMServerConfig(model=site.checkpoint_dir, python=python, routing="none", max_model_len=site.max_len,
+                                  startup_timeout_s=cfg.startup_timeout_s)  # fmt: skip
+        server = start_vllm_server(config, Path(site.work_dir) / VLLM_TEACHER_LOG)
+        try:
+            await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return cls(server, VLLMTeacher(server.base_url, temperature=site.temperature, top_k=site.top_k))
+
+    async def score(self, pairs: Sequence[Pair]) -> list[TeacherScores]:
+        t0 = time.perf_counter()
+        try:
+            return await self.teacher.score(pairs)
+        finally:
+            self.busy_s += time.perf_counter() - t0
+            self.tokens += sum(len(p) + len(r) for p, r in pairs)
+
+    async def close(self) -> None:
+        try:
+            await self.teacher.close()
+        finally:
+            self.server.stop()
