@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,9 @@ class TeacherActor:
         self.cfg, self.site = cfg, site
         self.engine: TeacherEngine | None = None
         self._starting = asyncio.Lock()
-        self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        with warnings.catch_warnings():  # Ray's own property reads its deprecated `actor_id` (ray 2.60)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.crash_after_calls = 0 if self.restarted else crash_after_calls
         self.calls = 0
 

@@ -145,10 +145,11 @@ def _teacher(samples: Sequence[TrainSample], width: int) -> _TeacherTensors | No
         if t is None or not s.response_ids:
             continue
         rows = slice(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.response_ids))
-        lp[i, rows] = torch.from_numpy(t.sampled)
+        # torch.tensor copies: arrays read from Ray's object store are read-only, which torch.from_numpy warns about
+        lp[i, rows] = torch.tensor(t.sampled)
         if ids is not None and top is not None and valid is not None:
-            ids[i, rows], top[i, rows], valid[i, rows] = (torch.from_numpy(t.ids), torch.from_numpy(t.logprobs),
-                                                          torch.from_numpy(t.valid))  # fmt: skip
+            ids[i, rows], top[i, rows], valid[i, rows] = (torch.tensor(t.ids), torch.tensor(t.logprobs),
+                                                          torch.tensor(t.valid))  # fmt: skip
     return _TeacherTensors(lp, ids, top, valid)
 
 
