@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from engine_adapters.vllm import SERVER_NICE, VLLMServer, VLLMServerConfig, VLLMServerError, lower_cpu_priority
+from engine_adapters.vllm import (
+    SERVER_NICE,
+    VLLMServer,
+    VLLMServerConfig,
+    VLLMServerError,
+    cpu_priority,
+    lower_cpu_priority,
+)
 
 # after 1 s (once the parent has set its priority), prints its own nice and that of a child it starts then
 REPORTS_NICE = (
@@ -46,8 +53,10 @@ def _reported(proc: subprocess.Popen[str]) -> list[int]:
 
 
 def _autogroup_nice(pid: int) -> int | None:
+    """None where the kernel has no session autogroups (no file) or has them switched off (an empty file)."""
     path = Path(f"/proc/{pid}/autogroup")
-    return int(path.read_text().split()[-1]) if path.exists() else None
+    fields = path.read_text().split() if path.exists() else []
+    return int(fields[-1]) if fields else None
 
 
 def test_lower_cpu_priority_sets_the_process_its_later_children_and_its_session(start_session) -> None:
@@ -72,6 +81,28 @@ def test_nice_zero_leaves_the_process_as_it_is(start_session) -> None:
     proc = start_session()
     lower_cpu_priority(proc.pid, 0)
     assert os.getpriority(os.PRIO_PROCESS, proc.pid) == os.nice(0)
+
+
+@pytest.mark.parametrize("content", ["", "\n"])
+def test_an_empty_autogroup_file_means_autogroups_are_off_and_only_the_process_nice_is_raised(
+    start_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str
+) -> None:
+    # kernels booted with `noautogroup` keep the file but print nothing into it (seen on a CI machine)
+    proc = start_session()
+    (tmp_path / str(proc.pid)).mkdir()
+    (tmp_path / str(proc.pid) / "autogroup").write_text(content)
+    monkeypatch.setattr(cpu_priority, "PROC", tmp_path)
+    lower_cpu_priority(proc.pid, 10)
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 10
+    assert (tmp_path / str(proc.pid) / "autogroup").read_text() == content
+
+
+def test_a_process_gone_before_its_autogroup_is_set_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_priority, "PROC", tmp_path)  # no folder for the pid: it has exited
+    with pytest.raises(ProcessLookupError, match="exited before its CPU priority was set"):
+        cpu_priority._raise_autogroup_nice(os.getpid(), 10)
 
 
 @pytest.mark.parametrize("nice", [-1, 20, 2.5, True])

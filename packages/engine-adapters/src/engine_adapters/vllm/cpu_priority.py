@@ -33,6 +33,7 @@ from pathlib import Path
 
 SERVER_NICE = 10  # nice of a launched server's session and process (0 leaves them at the caller's priority)
 MAX_NICE = 19
+PROC = Path("/proc")  # a module value so that tests can stand in a folder for it
 
 
 def check_nice(nice: int) -> None:
@@ -41,14 +42,17 @@ def check_nice(nice: int) -> None:
 
 
 def _raise_autogroup_nice(pid: int, nice: int) -> None:
-    """Autogroup files read `/autogroup-<n> nice <k>`; absent on kernels without session autogroups."""
-    path = Path(f"/proc/{pid}/autogroup")
+    """Autogroup files read `/autogroup-<n> nice <k>`; absent, or empty, on kernels without session autogroups
+    (built without them, or booted with `noautogroup`)."""
+    path = PROC / str(pid) / "autogroup"
     try:
-        current = int(path.read_text().split()[-1])
-        if current < nice:
+        fields = path.read_text().split()
+        if not fields:
+            return  # autogroups compiled in but switched off: the process nice is what the scheduler weighs
+        if int(fields[-1]) < nice:
             path.write_text(str(nice))
     except FileNotFoundError:
-        if Path(f"/proc/{pid}").exists():
+        if (PROC / str(pid)).exists():
             return  # no autogroups on this kernel: the process nice is what the scheduler weighs
         raise ProcessLookupError(f"process {pid}: exited before its CPU priority was set") from None
 
