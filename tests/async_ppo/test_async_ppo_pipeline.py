@@ -88,10 +88,13 @@ def test_a_failing_weight_push_is_an_error_naming_the_rollouter_and_version(
 def test_responses_in_flight_at_a_push_span_two_versions_with_each_row_from_the_pass_that_sampled_its_token(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig], mode: str
 ) -> None:
-    # one sequence at a time: generating a step takes longer than training one, so pushes land mid-response
+    # A push lands mid-response only if the rollouter is still generating when the trainer finishes a step. Unthrottled,
+    # a step's 24 responses (~8 tokens each, one at a time) took 0.1 s and training one 0.12 s: no push landed
+    # mid-response in 3 of 4 runs. With 10 ms per decode step, generating a step takes ~2 s.
     run = tmp_path / mode
-    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "1", "--rollout.samples_per_prompt", "6",
-                      "--pipeline.pause_mode", mode, "--validation.every_steps", "4"))  # fmt: skip
+    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "1", "--rollout.engine.step_delay_ms", "10",
+                      "--rollout.samples_per_prompt", "6", "--pipeline.pause_mode", mode,
+                      "--validation.every_steps", "4"))  # fmt: skip
     spanning = 0
     for step in range(1, 5):
         for r in read_dump(run / "rollouts" / f"{step}.jsonl"):

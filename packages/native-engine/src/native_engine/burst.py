@@ -47,6 +47,7 @@ class BurstSpec:
     progress_steps: int  # hand tokens to the loop at least every this many steps (progress stays visible)
     finishes_to_stop: int | None  # end after this many rows finished (counting the step's own token); None: never
     interrupt: threading.Event
+    step_delay_s: float = 0.0  # wait after each burst step (cut short by `interrupt`): a throttled engine
 
 
 @dataclass
@@ -239,6 +240,8 @@ def run_burst(
         since_advance += 1
         done = _finished(tok, rows, since_advance)
         finished += len(done)
+        if spec.step_delay_s > 0:
+            spec.interrupt.wait(spec.step_delay_s)
         last = step == spec.max_steps or spec.interrupt.is_set() or len(done) == len(rows.index)
         if last or _stops(spec, finished):
             break

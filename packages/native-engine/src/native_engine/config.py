@@ -48,6 +48,10 @@ class EngineConfig:
     eos_token_ids: tuple[int, ...] | None = None  # None: the model config's eos_token_id; () never stops on EOS
     num_threads: int | None = None  # torch intra-op threads, PROCESS-WIDE (set when the engine is built); None: keep
     seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
+    # A throttled engine: the worker waits this long after each step of a decode burst (a pause, abort or new call
+    # cuts the wait short), as a slower model would take. For tests and demos that need weight pushes to land
+    # mid-response on a tiny model. Results do not depend on it. 0: no wait.
+    step_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         ints = ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch", "kernel_threads")
@@ -59,6 +63,12 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name}: expected an int >= 1, got {value!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"EngineConfig.num_threads: expected None or an int >= 1, got {self.num_threads!r}")
+        if (
+            isinstance(self.step_delay_ms, bool)
+            or not isinstance(self.step_delay_ms, int | float)
+            or not (0 <= self.step_delay_ms <= 10_000)
+        ):
+            raise ValueError(f"EngineConfig.step_delay_ms: expected a number in 0..10000, got {self.step_delay_ms!r}")
         if self.cache_dtype not in _DTYPES:
             raise ValueError(f"EngineConfig.cache_dtype: expected one of {sorted(_DTYPES)}, got {self.cache_dtype!r}")
         if self.eos_token_ids is not None:

@@ -311,7 +311,8 @@ class NativeEngine:
                 plan = self._scheduler.plan()
                 if plan.empty:
                     return
-                step = build_step_input(plan, self.config.decode_burst, self._finishes_to_admit(), self._interrupt)
+                step = build_step_input(plan, self.config.decode_burst, self._finishes_to_admit(), self._interrupt,
+                                        self.config.step_delay_ms / 1000)  # fmt: skip
                 self._in_step = True
                 try:
                     outputs = await asyncio.to_thread(self._runner.execute, step, self._deliverer(plan))

@@ -55,7 +55,9 @@ class StepOutput:
 PROGRESS_STEPS = 16  # a burst hands its tokens to the event loop at least this often
 
 
-def _burst_spec(plan: StepPlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event) -> BurstSpec:
+def _burst_spec(
+    plan: StepPlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event, step_delay_s: float
+) -> BurstSpec:
     rows = plan.requests
     width = max((len(r.stop_ids) for r in rows), default=0)
     stop_ids = torch.full((len(rows), width), -1, dtype=torch.int64)
@@ -71,6 +73,7 @@ def _burst_spec(plan: StepPlan, max_steps: int, finishes_to_stop: int | None, in
         progress_steps=PROGRESS_STEPS,
         finishes_to_stop=finishes_to_stop,
         interrupt=interrupt,
+        step_delay_s=step_delay_s,
     )
 
 
@@ -79,9 +82,11 @@ def build_step_input(
     max_burst: int = 1,
     finishes_to_stop: int | None = 1,
     interrupt: threading.Event | None = None,
+    step_delay_s: float = 0.0,
 ) -> StepInput:
     """Packs a plan: admitted prompts for prefill, running requests' last tokens for decode; the worker may run up
-    to `max_burst` steps in all, ending early once `finishes_to_stop` rows finished (see `native_engine.burst`)."""
+    to `max_burst` steps in all, ending early once `finishes_to_stop` rows finished, and waits `step_delay_s`
+    after each of its burst steps (see `native_engine.burst`)."""
     rows = plan.requests
     prefill_ids = [t for r in plan.prefill for t in r.prompt_ids]
     return StepInput(
@@ -93,7 +98,11 @@ def build_step_input(
         decode_slots=torch.tensor([r.slot for r in plan.decode], dtype=torch.int64),
         decode_capture=any(r.want_rows for r in plan.decode),
         burst=_burst_spec(
-            plan, max_burst - 1, finishes_to_stop, interrupt if interrupt is not None else threading.Event()
+            plan,
+            max_burst - 1,
+            finishes_to_stop,
+            interrupt if interrupt is not None else threading.Event(),
+            step_delay_s,
         ),
         sampling=SamplingBatch(
             temperature=torch.tensor([r.params.temperature for r in rows], dtype=torch.float32),

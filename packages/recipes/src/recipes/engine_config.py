@@ -40,10 +40,17 @@ class NativeEngineConfig:
         "on the default task (8-token answers: prefill-bound)",
         False,
     )
+    step_delay_ms: float = _help(
+        "throttle: the engine waits this long after each decode step, as a slower model would (tests and demos of "
+        "weight pushes landing mid-response on a tiny model); 0: none",
+        0.0,
+    )
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"rollout.engine.slots: expected >= 1, got {self.slots}")
+        if not 0 <= self.step_delay_ms <= 10_000:
+            raise ValueError(f"rollout.engine.step_delay_ms: expected 0..10000, got {self.step_delay_ms}")
 
     async def build(self, site: EngineSite) -> RolloutEngine:
         from recipes.engines.native import NativeRolloutEngine

@@ -16,8 +16,9 @@ class NativeRolloutEngine:
     def __init__(self, cfg: NativeEngineConfig, site: EngineSite) -> None:
         self.native = NativeEngine.from_pretrained(
             site.checkpoint_dir,
-            EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode),
-        )
+            EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode,
+                         step_delay_ms=cfg.step_delay_ms),
+        )  # fmt: skip
         self.engine: Engine = self.native
 
     async def push(self, weights: Mapping[str, torch.Tensor], version: int, mode: PauseMode) -> None:
