@@ -15,7 +15,9 @@ from async_ppo.config import AsyncConfig, RayConfig
 from async_ppo.pipeline import train
 from async_ppo.ray_session import LocalRay
 from engine_adapters.vllm import default_python
+from recipes.teacher import ensure_teacher
 from run_logging import read_metrics
+from trainers.dumps import read_dump
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +49,23 @@ def test_async_opd_trains_on_teacher_scores_through_a_teacher_crash(
     assert "teacher/val_acc" in next(r for r in rows if r["step"] == 0)
 
 
+def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_default_teacher(
+    tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
+) -> None:
+    cfg = tiny_config(tmp_path / "probe", *TEACHER)
+    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
+    run = tmp_path / "run"
+    # two teachers of one replica each, half a CPU apiece: the module's 3 CPUs hold trainer, rollouter and pool
+    train(tiny_config(run, "--run.steps", "2", *TEACHER, "--teacher.sources", f"addition={named.directory}",
+                      "--teacher.cpus", "0.5"))  # fmt: skip
+    last = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r][-1]
+    sources = [r.data_source for step in (1, 2) for r in read_dump(run / "rollouts" / f"{step}.jsonl")]
+    groups = {s: sources.count(s) // 3 for s in set(sources)}  # 3 responses per group, one call per group
+    assert set(groups) == {"addition", "sort"}
+    # the rollouter runs a step ahead: groups scored for step 3 were never trained, hence >=
+    assert last["teacher/calls/addition"] >= groups["addition"] and last["teacher/calls/default"] >= groups["sort"]
+
+
 def test_a_teacher_pool_the_cluster_cannot_hold_fails_naming_what_is_missing(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
@@ -67,7 +86,7 @@ def test_a_vllm_teacher_replica_serves_the_scores_and_its_server_ends_with_the_r
     train_rows = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
     assert all(math.isfinite(r["opd/reverse_kl"]) and 0 < r["teacher/top_k_mass"] <= 1 for r in train_rows)
-    log = run / "teacher" / "replica-0" / "vllm-teacher.log"
+    log = run / "teacher" / "default" / "replica-0" / "vllm-teacher.log"
     assert log.exists() and log.stat().st_size > 0
     # the only vLLM server of this test is the teacher's (the rollout engine is native)
     left = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)

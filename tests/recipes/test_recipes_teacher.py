@@ -12,8 +12,9 @@ import torch
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
 from recipes.rollout import generate_all
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
-from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher
+from recipes.teacher import DEFAULT_TEACHER, TeacherCheckpoint, TeacherConfig, TeacherRoster, check_teacher
 from recipes.teacher_engine import NativeTeacherEngineConfig, TeacherSite
+from recipes.teacher_set import TeacherSet
 from recipes.teacher_stream import TeacherStream, attach_teacher
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
@@ -65,7 +66,8 @@ def test_the_stream_scores_every_ok_trajectory_of_a_group_and_skips_the_others(t
 
     async def main() -> TeacherStream:
         teacher = await NativeTeacherEngineConfig().build(site)
-        stream = TeacherStream(teacher)
+        roster = TeacherRoster(TeacherCheckpoint(tmp_path / "teacher", None, None))
+        stream = TeacherStream(TeacherSet(roster, {DEFAULT_TEACHER: teacher}))
         await stream.after_group(requests, [ok, failed])
         await teacher.close()
         return stream
@@ -74,6 +76,7 @@ def test_the_stream_scores_every_ok_trajectory_of_a_group_and_skips_the_others(t
     assert set(stream.scores) == {"g-r0"} and stream.scores["g-r0"].num_rows == 3
     metrics = stream.metrics()
     assert metrics["teacher/score_s"] > 0 and metrics["teacher/tokens_per_s"] > 0
+    assert metrics["teacher/samples/default"] == 1
 
 
 def _scored(uid: str, status: SampleStatus) -> ScoredSample:

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from recipes.teacher import ensure_teacher
 from run_logging import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
+from trainers.dumps import read_dump
 
 pytestmark = pytest.mark.slow
 
@@ -54,3 +56,18 @@ def test_each_choice_trains_two_steps_and_reports_its_metric(
     assert [r["step"] for r in rows] == [1, 2]
     assert all(key in r and math.isfinite(r[key]) for r in rows), (key, rows[-1].keys())
     assert all(r["actor/optimizer_steps"] >= 1 for r in rows)
+
+
+def test_a_named_teacher_scores_its_data_source_and_the_default_teacher_the_rest(
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
+) -> None:
+    cfg = tiny_config(tmp_path / "probe", "--algorithm.kind", "opd", *TEACHER)
+    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
+    run = tmp_path / "run"
+    train(tiny_config(run, "--run.steps", "2", "--run.plots", "false", "--algorithm.kind", "opd", *TEACHER,
+                      "--teacher.sources", f"sort={named.directory}"))  # fmt: skip
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
+    for step, row in zip((1, 2), rows, strict=True):
+        sources = [r.data_source for r in read_dump(run / "rollouts" / f"{step}.jsonl") if r.status.value == "ok"]
+        assert row["teacher/samples/sort"] == sources.count("sort") > 0
+        assert row["teacher/samples/default"] == sources.count("addition") > 0

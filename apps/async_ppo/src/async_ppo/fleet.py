@@ -41,7 +41,8 @@ class _Member:
 
 class RolloutFleet:
     def __init__(self, specs: list[RollouterSpec], broker: Any, options: Callable[[int], dict[str, Any]], *,
-                 max_restarts: int, call_timeout_s: float, teachers: tuple[Any, ...] = ()) -> None:  # fmt: skip
+                 max_restarts: int, call_timeout_s: float,
+                 teachers: dict[str, tuple[Any, ...]] | None = None) -> None:  # fmt: skip
         self.specs = specs
         self.broker = broker
         self.teachers = teachers

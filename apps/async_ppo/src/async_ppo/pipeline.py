@@ -27,7 +27,7 @@ import ray
 from ray.exceptions import RayActorError
 from recipes.cli import exit_on_sigterm
 from recipes.setup import RunSetup, prepare_run
-from recipes.teacher import TeacherCheckpoint, check_teacher, ensure_teacher
+from recipes.teacher import TeacherRoster, check_roster, ensure_roster
 from run_logging import Progress
 
 from async_ppo.broker import Broker
@@ -40,7 +40,7 @@ from async_ppo.ray_session import RaySession
 from async_ppo.setup import rollouter_specs, trainer_spec
 from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots
-from async_ppo.teacher_pool import TeacherPool
+from async_ppo.teacher_pool import TeacherPool, pool_cpus
 from async_ppo.trainer_actor import TrainerActor, TrainOutcome
 from async_ppo.validator import Validator
 
@@ -67,7 +67,7 @@ class StagedCheckpoint:
 
 
 class Pipeline:
-    def __init__(self, setup: RunSetup, session: RaySession, teacher: TeacherCheckpoint | None = None) -> None:
+    def __init__(self, setup: RunSetup, session: RaySession, teacher: TeacherRoster | None = None) -> None:
         self.setup = setup
         self.teacher = teacher
         self.teachers: TeacherPool | None = None
@@ -109,7 +109,7 @@ class Pipeline:
         self.teachers = self._start_teachers()
         self.fleet = RolloutFleet(rollouter_specs(s), self.broker, self.session.rollouter_options,
                                   max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s,
-                                  teachers=() if self.teachers is None else tuple(self.teachers.handles))  # fmt: skip
+                                  teachers=None if self.teachers is None else self.teachers.replicas())  # fmt: skip
         weights = self.trainer.publish.remote() if loaded else None
         await self.fleet.start(weights, version)
         if loaded:
@@ -119,7 +119,7 @@ class Pipeline:
         return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
 
     def _start_teachers(self) -> TeacherPool | None:
-        """Distillation: the teacher pool, in a placement group of its own (the teacher was checked by `_run`)."""
+        """Distillation: the teacher pool, in a placement group of its own (the teachers were checked by `_run`)."""
         if self.teacher is None:
             return None
         cfg = self.cfg
@@ -213,8 +213,8 @@ class Pipeline:
             result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
             if step == 0:
                 self.base_val_acc = result.get("val/greedy_acc")
-                if self.teacher is not None and self.teacher.val_accuracy is not None:
-                    result = result | {"teacher/val_acc": self.teacher.val_accuracy}
+                if self.teacher is not None and self.teacher.default.val_accuracy is not None:
+                    result = result | {"teacher/val_acc": self.teacher.default.val_accuracy}
             self.rows.add_validation(step, result)
             del self.pending_validations[step]
             newest = result
@@ -271,9 +271,9 @@ async def _run(setup: RunSetup, resume: bool) -> RunSummary:
     cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
     teacher = None
     if cfg.algorithm.kind == "opd":  # built (or read from its cache) and checked before Ray starts
-        teacher = ensure_teacher(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
-        check_teacher(cfg.teacher, teacher, setup.tokenizer, setup.max_len)
-    session = RaySession.open(cfg.ray, extra_cpus=cfg.teacher.replicas * cfg.teacher.cpus if teacher else 0.0)
+        teacher = ensure_roster(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        check_roster(cfg.teacher, teacher, setup.tokenizer, setup.max_len)
+    session = RaySession.open(cfg.ray, extra_cpus=pool_cpus(cfg.teacher, len(teacher.items())) if teacher else 0.0)
     exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below
     pipe = Pipeline(setup, session, teacher)
     t0 = time.perf_counter()

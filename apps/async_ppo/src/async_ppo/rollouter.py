@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from recipes.engines.protocol import PauseMode, RolloutEngine
 from recipes.requests import GroupSpec, group_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import SampleStatus, ScoredSample
+from recipes.teacher import DEFAULT_TEACHER
 from recipes.teacher_stream import attach_teacher
 from recipes.weight_sync import RayWeightSync, WeightHandle
 
@@ -57,15 +59,15 @@ class RollouterStats:
 
 
 class Rollouter:
-    def __init__(self, spec: RollouterSpec, broker: Any, teachers: tuple[Any, ...] = ()) -> None:
+    def __init__(self, spec: RollouterSpec, broker: Any, teachers: Mapping[str, tuple[Any, ...]] | None = None) -> None:
         """`broker`: a Ray actor handle of `Broker` (or, in-process, any object whose methods return awaitables
-        through `.remote`); `teachers`: the distillation teacher's replicas (`async_ppo.teacher_pool`), none
-        without distillation."""
+        through `.remote`); `teachers`: the distillation teachers' replicas by roster key
+        (`async_ppo.teacher_pool.TeacherPool.replicas`), None without distillation."""
         torch.set_num_threads(spec.torch_threads)
         os.nice(spec.niceness)
         self.spec = spec
         self.broker = broker
-        self.teachers = teachers
+        self.teachers = dict(teachers or {})
         self.tokenizer = load_tokenizer(spec.site.checkpoint_dir)
         self.task = spec.task.build()
         self.sync = RayWeightSync()
@@ -139,12 +141,14 @@ class Rollouter:
             os._exit(17)  # injected fault: the process dies as on a segfault or an OOM kill
 
     async def _distill(self, index: int, scored: list[ScoredSample]) -> list[ScoredSample]:
-        """The group's ok samples with the teacher's scores, from replica `index % replicas` (a restarted replica
-        runs the call again; the group waits for it)."""
+        """The group's ok samples with the scores of its data source's teacher (the default one when the source names
+        none), from replica `index % replicas` (a restarted replica runs the call again; the group waits for it)."""
         ok = [s for s in scored if s.status is SampleStatus.OK]
         if not ok:
             return scored
-        teacher = self.teachers[index % len(self.teachers)]
+        source = ok[0].request.example.data_source  # one prompt per group: one data source
+        replicas = self.teachers[source if source in self.teachers else DEFAULT_TEACHER]
+        teacher = replicas[index % len(replicas)]
         scores = await teacher.score.remote([(list(s.trajectory.prompt_ids), list(s.trajectory.response_ids))
                                              for s in ok])  # fmt: skip
         return attach_teacher(scored, {s.uid: t for s, t in zip(ok, scores, strict=True)})

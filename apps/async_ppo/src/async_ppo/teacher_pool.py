@@ -1,12 +1,13 @@
-"""TeacherPool: the distillation teacher's replicas, Ray actors in a placement group of their own (never in the
-trainer's or a rollouter's bundle), each serving `score` on its engine (`teacher.engine`: the native scorer or a vLLM
-server the replica starts and owns).
+"""TeacherPool: the distillation teachers' replicas (`teacher.replicas` per teacher of the run's roster: the default
+one and one per `teacher.sources` entry), Ray actors in a placement group of their own (never in the trainer's or a
+rollouter's bundle), each serving `score` on its engine (`teacher.engine`: the native scorer or a vLLM server the
+replica starts and owns).
 
-A rollouter scores each group as soon as it has generated it, on replica `group index % replicas`, so scoring runs
-while other groups still generate. A replica whose process dies is restarted by Ray (`teacher.max_restarts`) and the
-calls it had pending are run again on the new incarnation (`max_task_retries=-1`): a group waits for its scores,
-it is never handed to the trainer without them. `fault/teacher_restarts` counts the replicas running a restarted
-incarnation (a replica restarted twice counts once).
+A rollouter scores each group as soon as it has generated it, on replica `group index % replicas` of the group's
+data source's teacher, so scoring runs while other groups still generate. A replica whose process dies is restarted
+by Ray (`teacher.max_restarts`) and the calls it had pending are run again on the new incarnation
+(`max_task_retries=-1`): a group waits for its scores, it is never handed to the trainer without them.
+`fault/teacher_restarts` counts the replicas running a restarted incarnation (a replica restarted twice counts once).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from recipes.teacher import TeacherCheckpoint, TeacherConfig, teacher_site
+from recipes.teacher import TeacherConfig, TeacherRoster, teacher_site
 from recipes.teacher_engine import TeacherSite
 from recipes.teachers.protocol import TeacherEngine
 from rollout_core.teacher_scores import TeacherScores
@@ -77,17 +78,27 @@ class TeacherActor:
             self.engine = None
 
 
+def pool_cpus(cfg: TeacherConfig, teachers: int) -> float:
+    """CPUs the pool reserves for `teachers` teachers."""
+    return cfg.replicas * cfg.cpus * teachers
+
+
 class TeacherPool:
-    def __init__(self, group: PlacementGroup, handles: list[Any]) -> None:
-        self.group, self.handles = group, handles
+    def __init__(self, group: PlacementGroup, by_key: dict[str, list[Any]]) -> None:
+        """`by_key`: each teacher's replica handles, by roster key (`recipes.teacher.DEFAULT_TEACHER` and the named
+        data sources)."""
+        self.group, self.by_key = group, by_key
+        self.handles = [h for hs in by_key.values() for h in hs]
         self._killed = False
 
     @classmethod
-    def start(cls, cfg: TeacherConfig, teacher: TeacherCheckpoint, *, max_len: int, work_dir: str, timeout_s: float,
+    def start(cls, cfg: TeacherConfig, roster: TeacherRoster, *, max_len: int, work_dir: str, timeout_s: float,
               crash_after_calls: int = 0) -> TeacherPool:  # fmt: skip
-        """Reserves `replicas` bundles of `cpus` CPUs, then starts one replica in each; raises RuntimeError naming
-        what is missing when the cluster cannot hold the pool within `timeout_s`."""
-        bundles = [{"CPU": cfg.cpus} for _ in range(cfg.replicas)]
+        """Reserves `replicas` bundles of `cpus` CPUs per teacher, then starts one replica in each; raises
+        RuntimeError naming what is missing when the cluster cannot hold the pool within `timeout_s`.
+        `crash_after_calls` applies to the default teacher's replica 0."""
+        teachers = roster.items()
+        bundles = [{"CPU": cfg.cpus} for _ in range(cfg.replicas * len(teachers))]
         group = placement_group(bundles, strategy="PACK")
         try:
             ray.get(group.ready(), timeout=timeout_s)
@@ -95,27 +106,36 @@ class TeacherPool:
             remove_placement_group(group)
             raise RuntimeError(
                 f"teacher: Ray could not reserve the teacher pool {bundles} (teacher.replicas {cfg.replicas} x "
-                f"teacher.cpus {cfg.cpus}) within {timeout_s:.0f} s; the cluster has {ray.cluster_resources()}, "
-                f"available {ray.available_resources()}. Lower teacher.replicas / teacher.cpus or add nodes"
+                f"teacher.cpus {cfg.cpus} x {len(teachers)} teachers) within {timeout_s:.0f} s; the cluster has "
+                f"{ray.cluster_resources()}, available {ray.available_resources()}. Lower teacher.replicas / "
+                "teacher.cpus or add nodes"
             ) from None
-        handles = []
-        for i in range(cfg.replicas):
-            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
-            options = {"num_cpus": cfg.cpus, "scheduling_strategy": strategy, "max_restarts": cfg.max_restarts,
-                       "max_task_retries": -1}  # fmt: skip
-            site = teacher_site(cfg, teacher, max_len, f"{work_dir}/replica-{i}", i)
-            handles.append(ray.remote(TeacherActor).options(**options).remote(
-                cfg, site, cfg.torch_threads, crash_after_calls if i == 0 else 0))  # fmt: skip
-        return cls(group, handles)
+        by_key: dict[str, list[Any]] = {}
+        for t, (key, teacher) in enumerate(teachers):
+            for i in range(cfg.replicas):
+                bundle = t * cfg.replicas + i
+                strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
+                options = {"num_cpus": cfg.cpus, "scheduling_strategy": strategy, "max_restarts": cfg.max_restarts,
+                           "max_task_retries": -1}  # fmt: skip
+                site = teacher_site(cfg, teacher, max_len, f"{work_dir}/{roster.label(key)}/replica-{i}", i)
+                by_key.setdefault(key, []).append(ray.remote(TeacherActor).options(**options).remote(
+                    cfg, site, cfg.torch_threads, crash_after_calls if bundle == 0 else 0))  # fmt: skip
+        return cls(group, by_key)
+
+    def replicas(self) -> dict[str, tuple[Any, ...]]:
+        """What a rollouter is given: each teacher's replicas, by roster key."""
+        return {k: tuple(hs) for k, hs in self.by_key.items()}
 
     async def metrics(self) -> dict[str, float]:
-        """The pool's totals over the replicas' current incarnations: busy seconds, tokens per busy second, calls, and
-        how many replicas were restarted."""
-        stats: list[TeacherStats] = [await h.stats.remote() for h in self.handles]
+        """The pool's totals over every teacher's replicas' current incarnations: busy seconds, tokens per busy
+        second, calls (in all and per teacher: `teacher/calls/<teacher>`), and how many replicas were restarted."""
+        by_key = {k: [await h.stats.remote() for h in hs] for k, hs in self.by_key.items()}
+        stats = [s for ss in by_key.values() for s in ss]
         busy, tokens = sum(s.busy_s for s in stats), sum(s.tokens for s in stats)
         return {
             "teacher/busy_s": busy, "teacher/tokens_per_s": tokens / busy if busy > 0 else 0.0,
             "teacher/calls": float(sum(s.calls for s in stats)),
+            **{f"teacher/calls/{TeacherRoster.label(k)}": float(sum(s.calls for s in ss)) for k, ss in by_key.items()},
             "fault/teacher_restarts": float(sum(s.restarted for s in stats)),
         }  # fmt: skip
 

@@ -24,8 +24,8 @@ from recipes.requests import GroupSpec, step_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import ScoredSample
 from recipes.setup import RunSetup, prepare_run
-from recipes.teacher_stream import TeacherStream, attach_teacher, build_teacher
-from recipes.teachers.protocol import TeacherEngine
+from recipes.teacher_set import TeacherSet
+from recipes.teacher_stream import TeacherStream, attach_teacher, build_teachers
 from recipes.tensorboard_log import TensorBoardLog
 from recipes.validation import validate
 from recipes.weight_sync import LocalWeightSync
@@ -49,7 +49,7 @@ class SyncPPO:
     engine: RolloutEngine
     trainer: PolicyTrainer
     sync: LocalWeightSync
-    teacher: TeacherEngine | None = None  # on-policy distillation: scores each finished group
+    teacher: TeacherSet | None = None  # on-policy distillation: scores each finished group
     teacher_val_acc: float | None = None  # the default teacher's greedy accuracy, measured when it was built
 
     @property
@@ -112,14 +112,14 @@ class SyncPPO:
 async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
     s = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
     engine: RolloutEngine | None = None
-    teacher: TeacherEngine | None = None
+    teacher: TeacherSet | None = None
     teacher_acc = None
     try:
         site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"))
         engine = await cfg.rollout.engine.build(site)
         if cfg.algorithm.kind == "opd":
-            teacher, where = await build_teacher(cfg.teacher, s)
-            teacher_acc = where.val_accuracy
+            teacher = await build_teachers(cfg.teacher, s)
+            teacher_acc = teacher.roster.default.val_accuracy
         trainer = PolicyTrainer.build(cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id,
                                       max_new_tokens=s.max_new_tokens, run=s.run)  # fmt: skip
     except BaseException:

@@ -1,6 +1,11 @@
 """The teacher of on-policy distillation: its config section, its checkpoint (given, or the cached default teacher)
 and the checks that must pass before a run trains against it.
 
+Several teachers: `teacher.sources` names one per data source (`SOURCE=DIR`); a sample is scored by its data
+source's named teacher, and by the default teacher when its source names none (adding named teachers never removes
+the default one). `TeacherRoster` is that choice: `key_of(source)` gives the teacher key (the source, or
+`DEFAULT_TEACHER`).
+
 The default teacher is a larger model (`teacher.model_preset`) given a longer supervised warm-up on the run's task
 (`teacher.warmup_steps`), cached like the student's base (`rl_tasks.warmup.ensure_base_checkpoint`: same key scheme,
 same atomic build), so the first run builds it and later runs reuse it.
@@ -51,6 +56,11 @@ class TeacherConfig:
     replicas: int = _help("teacher replicas, Ray actors in a placement group of their own (async_ppo)", 1)
     cpus: float = _help("CPUs reserved per teacher replica (async_ppo)", 1.0)
     max_restarts: int = _help("restarts of a replica whose process died; its pending calls run again (async_ppo)", 3)
+    sources: tuple[str, ...] = _help(
+        "named teachers, SOURCE=DIR each: a sample of data source SOURCE is scored by the teacher in DIR (an HF model "
+        "directory with the student's tokenizer); samples of other sources by the default teacher",
+        (),
+    )
     engine: TeacherEngineConfig = field(default_factory=NativeTeacherEngineConfig)
 
     def __post_init__(self) -> None:
@@ -70,6 +80,23 @@ class TeacherConfig:
             )
         if self.checkpoint and not (Path(self.checkpoint) / "config.json").is_file():
             raise ValueError(f"teacher.checkpoint: expected a model directory with config.json, got {self.checkpoint}")
+        self.named()
+
+    def named(self) -> dict[str, Path]:
+        """`teacher.sources` as data source -> model directory; raises ValueError (got/expected) on a bad entry."""
+        out: dict[str, Path] = {}
+        for entry in self.sources:
+            source, sep, directory = entry.partition("=")
+            if not sep or not source or not directory:
+                raise ValueError(f"teacher.sources: expected SOURCE=DIR entries, got {entry!r}")
+            if source in out:
+                raise ValueError(f"teacher.sources: expected one teacher per data source, got {source!r} twice")
+            if not (Path(directory) / "config.json").is_file():
+                raise ValueError(
+                    f"teacher.sources {source}: expected a model directory with config.json, got {directory}"
+                )
+            out[source] = Path(directory).resolve()
+        return out
 
     def warmup(self, student: WarmupConfig) -> WarmupConfig:
         """The default teacher's warm-up: the student's, longer and on the teacher's preset."""
@@ -93,11 +120,51 @@ class TeacherCheckpoint:
     warmup: WarmupResult | None
 
 
+DEFAULT_TEACHER = ""  # the default teacher's key (a data source is never empty)
+
+
+@dataclass(frozen=True)
+class TeacherRoster:
+    """Every teacher of a run, by key: `DEFAULT_TEACHER` and one per named data source."""
+
+    default: TeacherCheckpoint
+    named: dict[str, TeacherCheckpoint] = field(default_factory=dict)
+
+    def key_of(self, data_source: str) -> str:
+        return data_source if data_source in self.named else DEFAULT_TEACHER
+
+    def items(self) -> list[tuple[str, TeacherCheckpoint]]:
+        """`(key, checkpoint)`, the default teacher first."""
+        return [(DEFAULT_TEACHER, self.default), *self.named.items()]
+
+    @staticmethod
+    def label(key: str) -> str:
+        return key or "default"
+
+
 def ensure_teacher(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, cache_root: Path) -> TeacherCheckpoint:
     if cfg.checkpoint:
         return TeacherCheckpoint(Path(cfg.checkpoint).resolve(), None, None)
     built = ensure_base_checkpoint(task, cfg.warmup(student_warmup), cache_root)
     return TeacherCheckpoint(built.checkpoint_dir, built.val_accuracy, built)
+
+
+def ensure_roster(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, cache_root: Path) -> TeacherRoster:
+    """The default teacher (given, or the cached default built on first use) and the named ones; raises ValueError
+    when a named data source is not one of the task's."""
+    named = cfg.named()
+    sources = {e.data_source for e in (*task.splits.train, *task.splits.validation)}
+    unknown = sorted(set(named) - sources)
+    if unknown:
+        raise ValueError(f"teacher.sources: expected data sources of the task {sorted(sources)}, got {unknown}")
+    default = ensure_teacher(cfg, task, student_warmup, cache_root)
+    return TeacherRoster(default, {k: TeacherCheckpoint(v, None, None) for k, v in named.items()})
+
+
+def check_roster(cfg: TeacherConfig, roster: TeacherRoster, student: CharTokenizer, max_len: int) -> None:
+    """`check_teacher` on every teacher of the roster."""
+    for _, teacher in roster.items():
+        check_teacher(cfg, teacher, student, max_len)
 
 
 def teacher_site(cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str,

@@ -1,8 +1,8 @@
 """Teacher scoring streamed with rollout: each finished group is scored while the others still generate, and every
 ok sample of a step leaves with its teacher's scores (never without them).
 
-- `build_teacher`: the run's teacher engine (`teacher.engine`: the native scorer on a thread of its own, or a vLLM
-  server), after the checks of `recipes.teacher`;
+- `build_teachers`: the run's teacher engines (`teacher.engine`: the native scorer on a thread of its own, or a vLLM
+  server), one per teacher of its roster (`teacher.sources`), after the checks of `recipes.teacher`;
 - `TeacherStream`: the `after_group` hook of `recipes.rollout.generate_all`; it scores the group's trajectories (a
   multi-turn episode is one sequence: every turn, observations included, is scored in one prefill; observations
   stay out of the loss by their mask) and keeps the scores by request id;
@@ -24,38 +24,45 @@ from rollout_core.teacher_scores import TeacherScores
 
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from recipes.setup import RunSetup
-from recipes.teacher import TeacherCheckpoint, TeacherConfig, check_teacher, ensure_teacher, teacher_site
+from recipes.teacher import TeacherConfig, TeacherRoster, check_roster, ensure_roster, teacher_site
+from recipes.teacher_set import TeacherSet
 from recipes.teachers.protocol import TeacherEngine
 
 
 class TeacherStream:
     """One step's scoring: pass `after_group` to `generate_all`, then read `scores` and `metrics()`."""
 
-    def __init__(self, teacher: TeacherEngine) -> None:
+    def __init__(self, teacher: TeacherSet) -> None:
         self.teacher = teacher
         self.scores: dict[str, TeacherScores] = {}
         self._busy0, self._tokens0 = teacher.busy_s, teacher.tokens
         self._last_generated = 0.0
         self._last_scored = 0.0
+        self.samples = dict.fromkeys(teacher.engines, 0)  # responses scored by each teacher, by roster key
 
     async def after_group(self, requests: Sequence[GenRequest], trajectories: Sequence[Trajectory]) -> None:
         self._last_generated = time.perf_counter()
         ok = [(r, t) for r, t in zip(requests, trajectories, strict=True) if t.status is TrajectoryStatus.OK]
         if ok:
             pairs = [(t.prompt_ids, t.response_ids) for _, t in ok]
-            for (r, _), s in zip(ok, await self.teacher.score(pairs), strict=True):
+            sources = [r.example.data_source for r, _ in ok]
+            for source in sources:
+                self.samples[self.teacher.roster.key_of(source)] += 1
+            for (r, _), s in zip(ok, await self.teacher.score(pairs, sources), strict=True):
                 self.scores[r.request_id] = s
         self._last_scored = time.perf_counter()
 
     def metrics(self) -> dict[str, float]:
         """`teacher/score_s`: the teacher's busy time this step; `teacher/tokens_per_s`: tokens it scored per busy
-        second; `teacher/tail_s`: scoring left after the last group finished generating (what did not overlap)."""
+        second; `teacher/tail_s`: scoring left after the last group finished generating (what did not overlap);
+        `teacher/samples/<teacher>`: responses each teacher scored (`default` and the named data sources)."""
         busy = self.teacher.busy_s - self._busy0
         tokens = self.teacher.tokens - self._tokens0
         return {
             "teacher/score_s": busy,
             "teacher/tokens_per_s": tokens / busy if busy > 0 else 0.0,
             "teacher/tail_s": max(0.0, self._last_scored - self._last_generated),
+            **{f"teacher/samples/{TeacherRoster.label(k)}": float(n) for k, n in self.samples.items()},
         }
 
 
@@ -82,11 +89,19 @@ def teacher_metrics(scored: Sequence[ScoredSample]) -> dict[str, float]:
     return {"opd/outside_top_k": float(outside), "teacher/top_k_mass": float(mass.mean()) if mass.size else 0.0}
 
 
-async def build_teacher(cfg: TeacherConfig, setup: RunSetup) -> tuple[TeacherEngine, TeacherCheckpoint]:
-    """The run's teacher in this process: the given checkpoint or the cached default one (built on first use),
-    checked against the student (`recipes.teacher.check_teacher`) before its engine starts."""
+async def build_teachers(cfg: TeacherConfig, setup: RunSetup) -> TeacherSet:
+    """The run's teachers in this process: the given checkpoint or the cached default one (built on first use) and
+    the named ones, checked against the student (`recipes.teacher.check_teacher`) before their engines start."""
     warmup_cache = Path(setup.cfg.run.warmup_cache).resolve()
-    where = ensure_teacher(cfg, setup.task, setup.cfg.warmup, warmup_cache)
-    check_teacher(cfg, where, setup.tokenizer, setup.max_len)
-    site = teacher_site(cfg, where, setup.max_len, str(setup.run.root / "teacher"))
-    return await cfg.engine.build(site), where
+    roster = ensure_roster(cfg, setup.task, setup.cfg.warmup, warmup_cache)
+    check_roster(cfg, roster, setup.tokenizer, setup.max_len)
+    engines: dict[str, TeacherEngine] = {}
+    try:
+        for key, where in roster.items():
+            work_dir = str(setup.run.root / "teacher" / roster.label(key))
+            engines[key] = await cfg.engine.build(teacher_site(cfg, where, setup.max_len, work_dir))
+    except BaseException:
+        for engine in engines.values():  # the ones started before the failure
+            await engine.close()
+        raise
+    return TeacherSet(roster, engines)
