@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from trainers import collate
-from trainers.backend import BackendState, TorchBackend, TrainingBackend
+from trainers.backend import BackendState, OptimConfig, TorchBackend, TrainingBackend
 from trainers.backend.torch_backend import resolve_device
 from trainers_fixtures import PAD, backend, rollouts, step, tiny_model
 
@@ -87,6 +87,32 @@ def test_state_dict_round_trip_continues_bit_for_bit(tmp_path: Path) -> None:
     assert version == other_version == 2
     for name, value in weights.items():
         assert torch.equal(other[name], value), name
+
+
+def test_the_learning_rate_ramps_linearly_over_lr_warmup_steps_and_a_resume_goes_on_from_its_step(
+    tmp_path: Path,
+) -> None:
+    data = collate(rollouts(tiny_model(), num_prompts=2, per_prompt=2), PAD)
+    first = backend(tiny_model(), lr_warmup_steps=4)
+    seen = []
+    for _ in range(2):
+        step(first, data)  # one optimiser step each (one mini-batch)
+        seen.append(first.learning_rate)
+    first.state_dict().save(tmp_path / "ckpt")
+    resumed = backend(tiny_model(), lr_warmup_steps=4)
+    resumed.load_state_dict(BackendState.load(tmp_path / "ckpt"))
+    for _ in range(3):
+        step(resumed, data)
+        seen.append(resumed.learning_rate)
+    assert seen == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2, 1e-2])
+
+
+def test_optim_lr_at_is_the_ramp_and_a_bad_ramp_is_refused() -> None:
+    assert [OptimConfig(lr=1.0, lr_warmup_steps=2).lr_at(n) for n in range(3)] == [0.5, 1.0, 1.0]
+    assert OptimConfig(lr=1.0).lr_at(0) == 1.0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"optim.lr_warmup_steps: expected an int >= 0"):
+            OptimConfig(lr_warmup_steps=bad)  # type: ignore[arg-type]
 
 
 def test_devices_resolve_to_cpu_here_and_cuda_without_a_gpu_is_refused() -> None:

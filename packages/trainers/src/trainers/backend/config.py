@@ -18,9 +18,13 @@ def _help(text: str, default: object) -> object:
 
 @dataclass
 class OptimConfig:
-    """AdamW with a global grad-norm clip; every backend builds its own optimiser from this."""
+    """AdamW with a global grad-norm clip and an optional linear learning-rate ramp; every backend builds its own
+    optimiser from this (and sets `lr_at(n)` before its optimiser step n)."""
 
-    lr: float = _help("AdamW learning rate", 1e-4)
+    lr: float = _help("AdamW learning rate (after the ramp)", 1e-4)
+    lr_warmup_steps: int = _help(
+        "optimiser steps of a linear ramp to lr (step n, from 0, uses lr * (n + 1) / lr_warmup_steps); 0: no ramp", 0
+    )
     beta1: float = _help("AdamW beta1", 0.9)
     beta2: float = _help("AdamW beta2", 0.999)
     weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
@@ -29,11 +33,22 @@ class OptimConfig:
     def __post_init__(self) -> None:
         if not self.lr > 0 or not self.grad_clip > 0:
             raise ValueError(f"optim: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
+        ramp = self.lr_warmup_steps
+        if isinstance(ramp, bool) or not isinstance(ramp, int) or ramp < 0:
+            raise ValueError(f"optim.lr_warmup_steps: expected an int >= 0, got {self.lr_warmup_steps!r}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1) or self.weight_decay < 0:
             raise ValueError(
                 f"optim: expected beta1, beta2 in [0, 1) and weight_decay >= 0, got {self.beta1}, {self.beta2}, "
                 f"{self.weight_decay}"
             )
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimiser step `step` (0-based, counted over the whole run, resumes included)."""
+        if step < 0:
+            raise ValueError(f"OptimConfig.lr_at: expected a step >= 0, got {step}")
+        if self.lr_warmup_steps == 0:
+            return self.lr
+        return self.lr * min(1.0, (step + 1) / self.lr_warmup_steps)
 
 
 @dataclass

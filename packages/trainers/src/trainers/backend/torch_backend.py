@@ -54,7 +54,8 @@ class TorchBackend:
         if data_parallel is not None:
             shard_model(model)  # before the optimiser: it must hold the sharded parameters
         self.grad_clip = optim.grad_clip
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=(optim.beta1, optim.beta2),
+        self.optim = optim
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr_at(0), betas=(optim.beta1, optim.beta2),
                                            weight_decay=optim.weight_decay)  # fmt: skip
 
     @classmethod
@@ -111,8 +112,15 @@ class TorchBackend:
         (out.loss * world).backward()  # FSDP2 averages gradients over ranks; the loss has global denominators
         return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
 
+    def _steps_taken(self) -> int:
+        """Optimiser steps so far (AdamW's own per-parameter counts, which checkpoints carry: a resume goes on)."""
+        return max((int(s["step"]) for s in self.optimizer.state.values() if "step" in s), default=0)
+
     def optimizer_step(self) -> torch.Tensor:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        lr = self.optim.lr_at(self._steps_taken())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         return grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
 
