@@ -115,6 +115,20 @@ def test_optim_lr_at_is_the_ramp_and_a_bad_ramp_is_refused() -> None:
             OptimConfig(lr_warmup_steps=bad)  # type: ignore[arg-type]
 
 
+def test_the_cosine_schedule_decays_after_the_ramp_to_min_lr_ratio_at_the_last_step() -> None:
+    cfg = OptimConfig(lr=1.0, lr_warmup_steps=2, schedule="cosine", min_lr_ratio=0.1)
+    lrs = [cfg.lr_at(n, total_steps=7) for n in range(9)]
+    # ramp 0.5, 1.0; then cos over steps 2..6: 1, (1+cos(pi/4))/2, 1/2, (1+cos(3pi/4))/2, 0 -> 0.1 + 0.9 x that
+    half = 0.5 * (1 + 2**-0.5)
+    expected = [0.5, 1.0, 1.0, 0.1 + 0.9 * half, 0.55, 0.1 + 0.9 * (1 - half), 0.1, 0.1, 0.1]
+    assert lrs == pytest.approx(expected)
+
+
+def test_a_cosine_schedule_without_the_runs_steps_is_refused_when_the_backend_is_built() -> None:
+    with pytest.raises(ValueError, match=r"optim.schedule cosine: expected the run's optimiser steps"):
+        TorchBackend(tiny_model(), OptimConfig(schedule="cosine"))
+
+
 def test_devices_resolve_to_cpu_here_and_cuda_without_a_gpu_is_refused() -> None:
     assert resolve_device("cpu").type == "cpu"
     if torch.cuda.is_available():

@@ -42,8 +42,9 @@ class PolicyTrainer:
         torch.manual_seed(cfg.run.seed)
         algorithm = cfg.algorithm.build(max_new_tokens=max_new_tokens)
         reference = load_pretrained(checkpoint_dir) if algorithm.needs_reference else None
+        total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.ppo_epochs  # optimiser steps of the run
         backend = cfg.backend.build(load_pretrained(checkpoint_dir), cfg.optim, temperature=cfg.rollout.temperature,
-                                    reference=reference)  # fmt: skip
+                                    reference=reference, total_steps=total)  # fmt: skip
         return cls(backend, algorithm, cfg.train, pad_token_id=pad_token_id, seed=cfg.run.seed, run=run)
 
     @property

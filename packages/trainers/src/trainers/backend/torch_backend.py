@@ -38,10 +38,12 @@ class TorchBackend:
 
     def __init__(self, model: MoEForCausalLM, optim: OptimConfig | None = None, *, temperature: float = 1.0,
                  device: str = "auto", reference: MoEForCausalLM | None = None, version: int = 0,
-                 data_parallel: DataParallel | None = None) -> None:  # fmt: skip
+                 data_parallel: DataParallel | None = None, total_steps: int | None = None) -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         optim = optim or OptimConfig()
+        optim.lr_at(0, total_steps)  # a cosine schedule without its horizon fails here, not at the first step
+        self.total_steps = total_steps
         self._device = resolve_device(device)
         self.model = model.to(self._device).train()
         self.temperature = temperature
@@ -55,8 +57,10 @@ class TorchBackend:
             shard_model(model)  # before the optimiser: it must hold the sharded parameters
         self.grad_clip = optim.grad_clip
         self.optim = optim
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr_at(0), betas=(optim.beta1, optim.beta2),
-                                           weight_decay=optim.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=optim.lr_at(0, total_steps), betas=(optim.beta1, optim.beta2),
+            weight_decay=optim.weight_decay,
+        )  # fmt: skip
 
     @classmethod
     def with_reference(cls, model: MoEForCausalLM, optim: OptimConfig | None = None, **kwargs: object) -> TorchBackend:
@@ -118,7 +122,7 @@ class TorchBackend:
 
     def optimizer_step(self) -> torch.Tensor:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        lr = self.optim.lr_at(self._steps_taken())
+        lr = self.optim.lr_at(self._steps_taken(), self.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
