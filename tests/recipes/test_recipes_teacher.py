@@ -13,9 +13,10 @@ from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pre
 from recipes.rollout import generate_all
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from recipes.teacher import DEFAULT_TEACHER, TeacherCheckpoint, TeacherConfig, TeacherRoster, check_teacher
-from recipes.teacher_engine import NativeTeacherEngineConfig, TeacherSite
+from recipes.teacher_engine import NativeTeacherEngineConfig, TeacherSite, VLLMTeacherEngineConfig
 from recipes.teacher_set import TeacherSet
 from recipes.teacher_stream import TeacherStream, attach_teacher
+from recipes.teachers.vllm import teacher_server_config
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
 from rollout_core.testing import ScriptedEngine
@@ -144,3 +145,11 @@ def test_a_vllm_teacher_below_temperature_1_fails_at_parse_time(tmp_path: Path) 
     with pytest.raises(ValueError, match=r"teacher.engine vllm: vLLM's prompt log-probs are at temperature 1"):
         parse([*flags, "--rollout.temperature", "0.7", "--teacher.temperature", "0.7"])
     assert parse(flags)[0].teacher.engine.kind == "vllm"
+
+
+@pytest.mark.parametrize(("top_k", "allowed"), [(0, "20"), (3, "20"), (64, "64")])
+def test_a_vllm_teacher_server_allows_the_top_k_it_is_asked_for(tmp_path: Path, top_k: int, allowed: str) -> None:
+    # vLLM refuses prompt_logprobs above its --max-logprobs (default 20): the launched server is told top_k
+    site = TeacherSite(str(tmp_path), 1.0, top_k, 64, str(tmp_path / "work"))
+    command = teacher_server_config(VLLMTeacherEngineConfig(python="/nope/python"), site).command(port=1)
+    assert command[command.index("--max-logprobs") + 1] == allowed and command[0] == "/nope/python"

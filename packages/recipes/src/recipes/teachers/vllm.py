@@ -18,6 +18,17 @@ from recipes.teacher_engine import TeacherSite, VLLMTeacherEngineConfig
 from recipes.teachers.protocol import Pair
 
 VLLM_TEACHER_LOG = "vllm-teacher.log"
+VLLM_DEFAULT_MAX_LOGPROBS = 20  # vLLM's own `--max-logprobs` (vllm 0.32 `ModelConfig.max_logprobs`)
+
+
+def teacher_server_config(cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VLLMServerConfig:
+    """The teacher's server: no routing capture, a context of the longest sequence a run scores, and
+    `--max-logprobs` raised to `teacher.top_k` when that is above vLLM's default (which would refuse the request;
+    the vocabulary bounds top_k, `recipes.teacher.check_teacher`)."""
+    python = Path(cfg.python) if cfg.python else default_python()
+    return VLLMServerConfig(model=site.checkpoint_dir, python=python, routing="none", max_model_len=site.max_len,
+                            startup_timeout_s=cfg.startup_timeout_s,
+                            extra_args=("--max-logprobs", str(max(VLLM_DEFAULT_MAX_LOGPROBS, site.top_k))))  # fmt: skip
 
 
 class VLLMTeacherEngine:
@@ -28,9 +39,7 @@ class VLLMTeacherEngine:
     @classmethod
     async def launch(cls, cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VLLMTeacherEngine:
         """Starts the server, waits for it off the event loop; any failure stops the server."""
-        python = Path(cfg.python) if cfg.python else default_python()
-        config = VLLMServerConfig(model=site.checkpoint_dir, python=python, routing="none", max_model_len=site.max_len,
-                                  startup_timeout_s=cfg.startup_timeout_s)  # fmt: skip
+        config = teacher_server_config(cfg, site)
         server = start_vllm_server(config, Path(site.work_dir) / VLLM_TEACHER_LOG)
         try:
             await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
