@@ -67,9 +67,9 @@ class StagedCheckpoint:
 
 
 class Pipeline:
-    def __init__(self, setup: RunSetup, session: RaySession, teacher: TeacherRoster | None = None) -> None:
+    def __init__(self, setup: RunSetup, session: RaySession, roster: TeacherRoster | None = None) -> None:
         self.setup = setup
-        self.teacher = teacher
+        self.roster = roster  # distillation: the run's teachers (None without)
         self.teachers: TeacherPool | None = None
         self.cfg = setup.cfg
         self.session = session
@@ -120,10 +120,10 @@ class Pipeline:
 
     def _start_teachers(self) -> TeacherPool | None:
         """Distillation: the teacher pool, in a placement group of its own (the teachers were checked by `_run`)."""
-        if self.teacher is None:
+        if self.roster is None:
             return None
         cfg = self.cfg
-        return TeacherPool.start(cfg.teacher, self.teacher, max_len=self.setup.max_len,
+        return TeacherPool.start(cfg.teacher, self.roster, max_len=self.setup.max_len,
                                  work_dir=str(self.setup.run.root / "teacher"), timeout_s=cfg.ray.startup_timeout_s,
                                  crash_after_calls=cfg.faults.teacher_crash_after_calls)  # fmt: skip
 
@@ -213,8 +213,8 @@ class Pipeline:
             result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
             if step == 0:
                 self.base_val_acc = result.get("val/greedy_acc")
-                if self.teacher is not None and self.teacher.default.val_accuracy is not None:
-                    result = result | {"teacher/val_acc": self.teacher.default.val_accuracy}
+                if self.roster is not None and self.roster.default.val_accuracy is not None:
+                    result = result | {"teacher/val_acc": self.roster.default.val_accuracy}
             self.rows.add_validation(step, result)
             del self.pending_validations[step]
             newest = result
@@ -269,13 +269,13 @@ async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
 
 async def _run(setup: RunSetup, resume: bool) -> RunSummary:
     cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
-    teacher = None
+    roster = None
     if cfg.algorithm.kind == "opd":  # built (or read from its cache) and checked before Ray starts
-        teacher = ensure_roster(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
-        check_roster(cfg.teacher, teacher, setup.tokenizer, setup.max_len)
-    session = RaySession.open(cfg.ray, extra_cpus=pool_cpus(cfg.teacher, len(teacher.items())) if teacher else 0.0)
+        roster = ensure_roster(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        check_roster(cfg.teacher, roster, setup.tokenizer, setup.max_len)
+    session = RaySession.open(cfg.ray, extra_cpus=pool_cpus(cfg.teacher, len(roster.items())) if roster else 0.0)
     exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below
-    pipe = Pipeline(setup, session, teacher)
+    pipe = Pipeline(setup, session, roster)
     t0 = time.perf_counter()
     try:
         progress = await pipe.start(resume)
