@@ -14,11 +14,10 @@ from moe_models import MoEForCausalLM, RouterReplay
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel, full_state, shard_model
+from trainers.backend.optimised_module import OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
-
-RNG_KEY = "rng.torch"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -32,7 +31,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class TorchBackend:
+class TorchBackend(OptimisedModule):
     """Implements `trainers.backend.TrainingBackend`. `reference`: a frozen copy of the base policy (for a KL term),
     kept on the same device, never trained."""
 
@@ -41,35 +40,21 @@ class TorchBackend:
                  data_parallel: DataParallel | None = None, total_steps: int | None = None) -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
-        optim = optim or OptimConfig()
-        optim.lr_at(0, total_steps)  # a cosine schedule without its horizon fails here, not at the first step
-        self.total_steps = total_steps
         self._device = resolve_device(device)
-        self.model = model.to(self._device).train()
+        super().__init__(model.to(self._device).train(), optim, version=version, total_steps=total_steps)
         self.temperature = temperature
-        self._version = version
-        self._param_names = [name for name, _ in model.named_parameters()]
         self.dp = data_parallel
         self.reference = None
         if reference is not None:
             self.reference = reference.to(self._device).eval().requires_grad_(False)
         if data_parallel is not None:
             shard_model(model)  # before the optimiser: it must hold the sharded parameters
-        self.grad_clip = optim.grad_clip
-        self.optim = optim
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=optim.lr_at(0, total_steps), betas=(optim.beta1, optim.beta2),
-            weight_decay=optim.weight_decay,
-        )  # fmt: skip
+        self.build_optimizer()
 
     @classmethod
     def with_reference(cls, model: MoEForCausalLM, optim: OptimConfig | None = None, **kwargs: object) -> TorchBackend:
         """A backend whose reference policy is a frozen copy of `model`'s current weights."""
         return cls(model, optim, reference=copy.deepcopy(model), **kwargs)  # type: ignore[arg-type]
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     @property
     def device(self) -> torch.device:
@@ -78,10 +63,6 @@ class TorchBackend:
     @property
     def data_parallel(self) -> DataParallel | None:
         return self.dp
-
-    @property
-    def learning_rate(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
 
     # ------------------------------------------------------------------ forward
     def _forward(self, model: MoEForCausalLM, micro: TrainBatch, replay: bool,
@@ -116,24 +97,6 @@ class TorchBackend:
         (out.loss * world).backward()  # FSDP2 averages gradients over ranks; the loss has global denominators
         return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
 
-    def _steps_taken(self) -> int:
-        """Optimiser steps so far (AdamW's own per-parameter counts, which checkpoints carry: a resume goes on)."""
-        return max((int(s["step"]) for s in self.optimizer.state.values() if "step" in s), default=0)
-
-    def optimizer_step(self) -> torch.Tensor:
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        lr = self.optim.lr_at(self._steps_taken(), self.total_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        return grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def advance_version(self) -> None:
-        self._version += 1
-
     # ------------------------------------------------------------------ weights and checkpoints
     def export_weights(self) -> tuple[dict[str, torch.Tensor], int]:
         """Full weights on every rank (all-gathered under data parallelism), CPU tensors in their own dtype; the
@@ -154,32 +117,8 @@ class TorchBackend:
 
     def state_dict(self) -> BackendState:
         self._single_process("state_dict")
-        tensors = {f"model.{k}": v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        opt = self.optimizer.state_dict()
-        for index, entry in opt["state"].items():
-            for key, value in entry.items():
-                tensors[f"optim.{index}.{key}"] = torch.as_tensor(value).detach().to("cpu", copy=True)
-        tensors[RNG_KEY] = torch.get_rng_state()
-        groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in opt["param_groups"]]
-        return BackendState(tensors, self._version, groups, list(self._param_names))
+        return super().state_dict()
 
     def load_state_dict(self, state: BackendState) -> None:
         self._single_process("load_state_dict")
-        if state.optimizer_param_names != self._param_names:
-            raise ValueError(
-                f"load_state_dict: expected optimiser parameters {self._param_names[:3]}..., got "
-                f"{state.optimizer_param_names[:3]}... ({len(state.optimizer_param_names)} names)"
-            )
-        model_state = {k[len("model.") :]: v for k, v in state.tensors.items() if k.startswith("model.")}
-        self.model.load_state_dict(model_state, strict=True)
-        per_param: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in state.tensors.items():
-            if key.startswith("optim."):
-                _, index, name = key.split(".", 2)
-                per_param.setdefault(int(index), {})[name] = value
-        groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in state.optimizer_groups]
-        self.optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-        if RNG_KEY not in state.tensors:
-            raise ValueError(f"load_state_dict: expected the tensor {RNG_KEY!r} in the state, got none")
-        torch.set_rng_state(state.tensors[RNG_KEY])
-        self._version = state.version
+        super().load_state_dict(state)
