@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from async_ppo.config import AsyncConfig, RayConfig
+from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from async_ppo.ray_session import LocalRay
 from engine_adapters.vllm import default_python
+from recipes.ray_config import RayConfig
+from recipes.ray_session import LocalRay
 from recipes.teacher import ensure_teacher
 from run_logging import read_metrics
 from trainers.dumps import read_dump

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from recipes.config import RecipeConfig
+from recipes.ray_config import RayConfig
 
 
 def _help(text: str, default: object) -> object:
@@ -45,74 +46,6 @@ class PipelineConfig:
             raise ValueError(
                 f"pipeline: sync_every {self.sync_every} > max_staleness + 1 = {self.max_staleness + 1}: every sample "
                 "generated between pushes would be too stale to train on; raise max_staleness or push more often"
-            )
-
-
-@dataclass
-class RayConfig:
-    address: str = _help("Ray cluster to attach to (empty: start a local Ray, dashboard off)", "")
-    node_ip: str = _help(
-        "IP address of a local Ray's node: 127.0.0.1 keeps every Ray port (GCS, raylet, object manager, workers, "
-        "agents) on loopback; another address of this machine is advertised and Ray listens on all interfaces "
-        "(an attached cluster keeps its own addresses)",
-        "127.0.0.1",
-    )
-    temp_dir: str = _help("local Ray's temp dir (empty: /tmp/async_ppo_ray_<pid>)", "")
-    keep_temp_dir: bool = _help(
-        "keep the local Ray's temp dir (logs, session files) after the run; false: removed when the run ends, after "
-        "an error too (an existing dir loses only this run's session_* entry)",
-        False,
-    )
-    node_startup_timeout_s: int = _help(
-        "seconds a local Ray's node may take to start, for each of Ray's two waits (GCS port, raylet registration; "
-        "Ray's own default is 30 s each); at least 30",
-        120,
-    )
-    num_rollouters: int = _help("rollouter actors (each owns one engine)", 1)
-    rollouter_cpus: float = _help("CPUs reserved per rollouter", 1.0)
-    trainer_cpus: float = _help("CPUs reserved for the trainer (its torch threads: run.torch_threads)", 1.0)
-    rollouter_threads: int = _help("torch threads of each rollouter's process (its native engine)", 1)
-    helper_niceness: int = _help(
-        "niceness added to rollouter and validator processes: where they share cores with the trainer (the "
-        "bottleneck of a small CPU run) the trainer goes first; 0: off",
-        5,
-    )
-    rollouter_gpus: float = _help("GPUs reserved per rollouter", 0.0)
-    trainer_gpus: float = _help("GPUs reserved for the trainer", 0.0)
-    startup_timeout_s: float = _help("seconds to wait for the resources (placement group) before failing", 60.0)
-    call_timeout_s: float = _help("seconds a weight push or checkpoint call may take before it is an error", 300.0)
-    stall_timeout_s: float = _help("seconds without a complete group before the trainer gives up with an error", 600.0)
-
-    def __post_init__(self) -> None:
-        if self.num_rollouters < 1 or self.rollouter_threads < 1:
-            raise ValueError(
-                f"ray: expected num_rollouters >= 1 and rollouter_threads >= 1, got {self.num_rollouters}, "
-                f"{self.rollouter_threads}"
-            )
-        if min(self.rollouter_cpus, self.trainer_cpus, self.rollouter_gpus, self.trainer_gpus) < 0:
-            raise ValueError("ray: expected non-negative CPU and GPU reservations")
-        if self.node_startup_timeout_s < 30:
-            raise ValueError(
-                f"ray.node_startup_timeout_s: expected >= 30 (Ray waits at least 30 s for its raylet), got "
-                f"{self.node_startup_timeout_s}"
-            )
-        self._check_node_ip()
-
-    def _check_node_ip(self) -> None:
-        import ipaddress
-
-        try:
-            ip = ipaddress.ip_address(self.node_ip)
-        except ValueError:
-            raise ValueError(f"ray.node_ip: expected an IP address, got {self.node_ip!r}") from None
-        if ip.is_unspecified or (ip.is_loopback and self.node_ip != "127.0.0.1"):
-            raise ValueError(
-                f"ray.node_ip: expected 127.0.0.1 (loopback only) or an address of this machine, got {self.node_ip}:"
-                " Ray binds loopback only for exactly 127.0.0.1 and all interfaces otherwise"
-            )
-        if self.address and self.node_ip != "127.0.0.1":
-            raise ValueError(
-                f"ray.node_ip: applies to a local Ray only, got {self.node_ip} with ray.address {self.address!r}"
             )
 
 

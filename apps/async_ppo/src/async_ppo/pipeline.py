@@ -26,6 +26,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 from recipes.cli import exit_on_sigterm
+from recipes.ray_session import RaySession
 from recipes.setup import RunSetup, prepare_run
 from recipes.teacher import TeacherRoster, check_roster, ensure_roster
 from run_logging import Progress
@@ -36,7 +37,6 @@ from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
 from async_ppo.fleet import PipelineError, RolloutFleet, cause
 from async_ppo.ledger import LedgerState
-from async_ppo.ray_session import RaySession
 from async_ppo.setup import rollouter_specs, trainer_spec
 from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots

@@ -40,7 +40,7 @@ from ray._raylet import Config as RayCppConfig
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from async_ppo.config import RayConfig
+from recipes.ray_config import RayConfig
 
 TRAINER_BUNDLE = 0
 STARTUP_WAIT_ENV = ("RAY_gcs_server_port_wait_time_s", "RAY_raylet_start_wait_time_s")
@@ -165,12 +165,13 @@ class LocalRay:
     stopped: bool = False
 
     @classmethod
-    def start(cls, cfg: RayConfig, *, num_cpus: int | None = None, log_to_driver: bool = True) -> LocalRay:
-        """Starts the node (`address="local"`: never a cluster named by RAY_ADDRESS); on any failure its
-        processes and files are gone before the error is raised."""
+    def start(cls, cfg: RayConfig, *, num_cpus: int | None = None, log_to_driver: bool = True,
+              app: str = "async_ppo") -> LocalRay:  # fmt: skip
+        """Starts the node (`address="local"`: never a cluster named by RAY_ADDRESS), in `cfg.temp_dir` or else
+        `/tmp/<app>_ray_<pid>`; on any failure its processes and files are gone before the error is raised."""
         if cfg.address:
             raise ValueError(f"ray: a local Ray needs an empty ray.address, got {cfg.address!r}")
-        temp = Path(cfg.temp_dir or f"/tmp/async_ppo_ray_{os.getpid()}")
+        temp = Path(cfg.temp_dir or f"/tmp/{app}_ray_{os.getpid()}")
         before = frozenset(os.listdir(temp)) if temp.is_dir() else frozenset()
         node = cls(temp, not temp.exists(), before, cfg.keep_temp_dir)
         try:
@@ -239,7 +240,7 @@ class RaySession:
     local: LocalRay | None
 
     @classmethod
-    def open(cls, cfg: RayConfig, *, extra_cpus: float = 0.0) -> RaySession:
+    def open(cls, cfg: RayConfig, *, extra_cpus: float = 0.0, app: str = "async_ppo") -> RaySession:
         """`extra_cpus`: what other groups of this run reserve later (a distillation teacher pool). A local Ray
         started here then advertises enough CPUs for everything (at least this machine's cores): on a laptop the
         teacher shares the cores with the trainer and the rollouters instead of failing to fit."""
@@ -250,7 +251,7 @@ class RaySession:
             else:
                 reserved = cfg.trainer_cpus + cfg.num_rollouters * cfg.rollouter_cpus + extra_cpus
                 num_cpus = max(os.cpu_count() or 1, math.ceil(reserved)) if extra_cpus > 0 else None
-                local = LocalRay.start(cfg, num_cpus=num_cpus)
+                local = LocalRay.start(cfg, num_cpus=num_cpus, app=app)
         bundles = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus)]
         bundles += [_bundle(cfg.rollouter_cpus, cfg.rollouter_gpus) for _ in range(cfg.num_rollouters)]
         group = placement_group(bundles, strategy="PACK")
