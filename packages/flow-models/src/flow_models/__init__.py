@@ -1,0 +1,1 @@
+"""Flow-matching image models for FlowGRPO."""
