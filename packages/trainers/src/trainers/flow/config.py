@@ -1,0 +1,73 @@
+"""The `algorithm` section of FlowGRPO. Standard library only (`--help` imports it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+CLIP_EPS_FOR_MEAN = 1e-4  # the reference's clip range, meaningful for a per-element *mean* log-prob
+CLIP_EPS_FOR_SUM = 0.2  # a joint (summed) log-prob is an ordinary likelihood ratio: the usual PPO range
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class FlowGRPOConfig:
+    """Advantage: `A = (r - mean_group) / (std + eps)`, rewards per sample (never repeated over time steps); the
+    std is over the whole batch (`global`) or the sample's group (`group`), with `ddof`. Loss per trained step:
+    `mean_b max(-A r, -A clip(r, 1 - clip_eps, 1 + clip_eps))`, `A` clamped to `+-adv_clip_max` first."""
+
+    kind: Literal["flow_grpo"] = "flow_grpo"
+    std_mode: Literal["global", "group"] = _help(
+        "advantage std over the whole batch (global, the reference's choice) or per group (group)", "global"
+    )
+    ddof: int = _help("delta degrees of freedom of that std (0: population, 1: unbiased)", 0)
+    std_eps: float = _help("added to the std before dividing", 1e-4)
+    normalize_by_std: bool = _help("divide by the std (false: A = r - group mean)", True)
+    adv_clip_max: float = _help("advantages are clamped to [-adv_clip_max, adv_clip_max]", 5.0)
+    clip_eps: float | None = _help(
+        "PPO clip range of the per-step ratio (none: 1e-4 with log_prob_reduction mean, 0.2 with sum)", None
+    )
+    beta: float = _help(
+        "KL-to-reference coefficient; the KL is the per-element Gaussian KL of the step's mean, "
+        "(mu - mu_ref)^2 / (2 std^2), reduced like the log-prob (0: no reference model)",
+        0.0,
+    )
+    drop_zero_advantage: bool = _help(
+        "train only samples with a non-zero advantage (the reference's filter), topped up with random zero-advantage "
+        "samples so the count stays divisible by the mini-batches",
+        False,
+    )
+
+    def __post_init__(self) -> None:
+        if self.ddof not in (0, 1):
+            raise ValueError(f"algorithm.ddof: expected 0 or 1, got {self.ddof}")
+        if not self.std_eps >= 0 or not self.adv_clip_max > 0 or not self.beta >= 0:
+            raise ValueError(f"algorithm: expected std_eps >= 0, adv_clip_max > 0, beta >= 0, got {self.std_eps}, "
+                             f"{self.adv_clip_max}, {self.beta}")  # fmt: skip
+        if self.clip_eps is not None and not 0 < self.clip_eps < 1:
+            raise ValueError(f"algorithm.clip_eps: expected none or in (0, 1), got {self.clip_eps}")
+
+    def clip_range(self, reduction: str) -> float:
+        """The clip epsilon for a log-prob `reduction` (mean | sum)."""
+        if self.clip_eps is not None:
+            return self.clip_eps
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"clip_range: expected reduction mean or sum, got {reduction!r}")
+        return CLIP_EPS_FOR_MEAN if reduction == "mean" else CLIP_EPS_FOR_SUM
+
+
+@dataclass
+class FlowTrainConfig:
+    """Mini-batches are optimiser steps; micro-batches only bound memory (pure gradient accumulation)."""
+
+    mini_batches_per_step: int = _help("optimiser steps per update (the batch is split evenly)", 1)
+    micro_batch_size: int = _help("samples per forward/backward", 64)
+    epochs: int = _help("passes over the batch per update", 1)
+
+    def __post_init__(self) -> None:
+        for name in ("mini_batches_per_step", "micro_batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name}: expected >= 1, got {getattr(self, name)}")

@@ -1,0 +1,99 @@
+"""flow_train_step: one FlowGRPO update on a `FlowBackend`, read top to bottom.
+
+    A     <- flow_advantages(rewards, groups)                  [N] sample-level, clamped
+    rows  <- all, or the non-zero-advantage ones (kept divisible by the mini-batches)
+    old   <- the rollout's own log-probs                       [N, W] (the behaviour policy: bypass mode)
+    for epoch, mini-batch (rows in group order, split evenly): one optimiser step each
+        for micro-batch, window step k: backend.forward_backward(micro, k, loss)
+    mismatch: the trainer's pre-update log-probs vs the rollout's, when the rollout was sampled by the weights
+              the trainer holds (0 up to float rounding: the recompute runs the sampler's exact inputs)
+
+A non-finite mini-batch loss raises `NonFiniteError` before its optimiser step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from flow_models.sampler import FlowRollout
+
+from trainers.flow.advantages import flow_advantages, keep_for_training
+from trainers.flow.backend import FlowBackend
+from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
+from trainers.flow.loss import FlowLossInputs, flow_grpo_loss
+from trainers.step_metrics import NonFiniteError, StepMetrics
+
+
+@dataclass(frozen=True)
+class FlowStepResult:
+    metrics: dict[str, float]
+    advantages: np.ndarray  # [N], before the zero-advantage filter
+
+
+def _mini_batches(rows: np.ndarray, groups: np.ndarray, count: int) -> list[np.ndarray]:
+    ordered = rows[np.argsort(groups[rows], kind="stable")]
+    return [part for part in np.array_split(ordered, count) if len(part)]
+
+
+def _mismatch(backend: FlowBackend, rollout: FlowRollout) -> dict[str, float]:
+    recomputed = backend.log_probs(rollout)
+    diff = (recomputed - rollout.log_probs).abs()
+    return {"mismatch/max_abs": float(diff.max()), "mismatch/mean_abs": float(diff.mean())}
+
+
+def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, rows: np.ndarray, cfg: FlowGRPOConfig,
+            clip_eps: float, micro_size: int, metrics: StepMetrics, step: int) -> None:  # fmt: skip
+    """One optimiser step on `rows`."""
+    backend.zero_grad()
+    total = torch.zeros((), dtype=torch.float64)
+    for start in range(0, len(rows), micro_size):
+        sub = rows[start : start + micro_size]
+        micro = rollout.select(sub.tolist())
+        index = torch.as_tensor(sub, dtype=torch.long)
+
+        def loss_fn(inputs: FlowLossInputs) -> object:
+            return flow_grpo_loss(inputs, clip_eps, cfg.beta)
+
+        for k in range(len(rollout.window)):
+            old = rollout.log_probs[index, k]
+            out = backend.forward_backward(micro, k, old, adv[index], float(len(rows)), loss_fn)
+            metrics.add_micro(out, float(len(sub)))
+            total = total + out.loss.double()
+    if not torch.isfinite(total):
+        raise NonFiniteError(f"step {step}: actor/loss is {float(total)}, expected a finite number; no optimiser "
+                             "step was taken", metric="actor/loss", step=step)  # fmt: skip
+    metrics.add_step(backend.optimizer_step())
+
+
+def flow_train_step(
+    backend: FlowBackend, cfg: FlowGRPOConfig, loop: FlowTrainConfig, rollout: FlowRollout, rewards: np.ndarray,
+    groups: np.ndarray, *, sampled_by: int, seed: int,
+) -> FlowStepResult:  # fmt: skip
+    """`sampled_by`: the weight version that sampled `rollout` (the mismatch is measured when it is the
+    backend's). Advances the backend's version by one."""
+    step = backend.version + 1
+    result = flow_advantages(rewards, groups, cfg)
+    metrics = StepMetrics()
+    if sampled_by == backend.version:
+        metrics.add(_mismatch(backend, rollout))
+    rng = np.random.default_rng([seed, step])
+    rows = np.arange(len(rollout))
+    if cfg.drop_zero_advantage:
+        rows = keep_for_training(result.values, loop.mini_batches_per_step, rng)
+    adv = torch.from_numpy(result.values)
+    clip_eps = cfg.clip_range(str(backend.sampler.reduction))
+    if len(rows):
+        for _ in range(loop.epochs):
+            for part in _mini_batches(rows, np.asarray(groups), loop.mini_batches_per_step):
+                _update(backend, rollout, adv, part, cfg, clip_eps, loop.micro_batch_size, metrics, step)
+    else:
+        metrics.add_count("actor/skipped_all_zero_advantage")
+    metrics.add({
+        "adv/mean": float(result.values.mean()), "adv/std": float(result.values.std()),
+        "adv/zero_frac": float(np.mean(result.values == 0)), "adv/singleton_groups": float(result.singleton_groups),
+        "actor/trained_samples": float(len(rows)), "actor/lr": backend.learning_rate,
+    })  # fmt: skip
+    backend.advance_version()
+    return FlowStepResult(metrics.result(step=step), result.values)
