@@ -130,7 +130,16 @@ def imported_members(member: Member, by_name: dict[str, Member]) -> dict[str, se
 
 def test_the_workspace_has_its_packages_and_apps() -> None:
     names = {m.name for m in members()}
-    assert {"trainers", "recipes", "moe_models", "native_engine", "sync_ppo", "async_ppo"} <= names
+    assert {
+        "trainers",
+        "recipes",
+        "moe_models",
+        "flow_models",
+        "native_engine",
+        "sync_ppo",
+        "async_ppo",
+        "flow_grpo",
+    } <= names
 
 
 def test_no_app_imports_another_app_and_no_package_imports_an_app() -> None:

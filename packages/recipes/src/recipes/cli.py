@@ -14,13 +14,15 @@ from typing import TypeVar
 from run_config import add_arguments, from_dict, resolve
 from run_logging import RunDir
 
-from recipes.resume import check_resume
+from recipes.resume import DATA_SHAPING, check_resume
 
 CONFIG_FILE = "config.toml"
+DATA_SETTINGS = "seed, task, warm-up, prompts_per_step, samples_per_prompt, max_new_tokens, temperature"
 C = TypeVar("C")
 
 
-def app_parser(prog: str, description: str, config_cls: type, runs_root: Path) -> argparse.ArgumentParser:
+def app_parser(prog: str, description: str, config_cls: type, runs_root: Path,
+               data_settings: str = DATA_SETTINGS) -> argparse.ArgumentParser:  # fmt: skip
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -31,8 +33,8 @@ def app_parser(prog: str, description: str, config_cls: type, runs_root: Path) -
     )  # fmt: skip
     parser.add_argument(
         "--allow-changed-data", action="store_true",
-        help="with --resume: accept changes of the settings that decide the run's data (seed, task, warm-up, "
-        "prompts_per_step, samples_per_prompt, max_new_tokens, temperature); they are refused otherwise",
+        help=f"with --resume: accept changes of the settings that decide the run's data ({data_settings}); they are "
+        "refused otherwise",
     )  # fmt: skip
     add_arguments(parser, config_cls)
     return parser
@@ -45,7 +47,8 @@ def newest_run(root: Path) -> Path:
     return runs[-1]
 
 
-def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path) -> tuple[C, bool]:
+def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path,
+                shaping_keys: tuple[str, ...] = DATA_SHAPING) -> tuple[C, bool]:  # fmt: skip
     """The resolved config and whether to resume; every setting is checked here, before anything is built.
 
     A new run keeps `run.dir` empty when none is given (the run allocates `<runs_root>/<UTC stamp>` when it starts,
@@ -75,7 +78,7 @@ def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path) 
     cfg.run.dir = str(run_dir)  # type: ignore[attr-defined]
     latest = RunDir(run_dir).latest_checkpoint()
     check_resume(saved, cfg, None if latest is None else int(latest.name),
-                 allow_changed_data=args.allow_changed_data)  # fmt: skip
+                 allow_changed_data=args.allow_changed_data, shaping_keys=shaping_keys)  # fmt: skip
     return cfg, True
 
 

@@ -42,14 +42,18 @@ def changes(saved: Any, new: Any) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k != "run.dir"}
 
 
-def data_changes(diff: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
-    return {k: v for k, v in diff.items() if any(k == p or (p.endswith(".") and k.startswith(p)) for p in DATA_SHAPING)}
+def data_changes(diff: dict[str, tuple[Any, Any]],
+                 shaping: tuple[str, ...] = DATA_SHAPING) -> dict[str, tuple[Any, Any]]:  # fmt: skip
+    """The changes of keys that decide a run's data (`shaping`: keys, or prefixes ending in ".")."""
+    return {k: v for k, v in diff.items() if any(k == p or (p.endswith(".") and k.startswith(p)) for p in shaping)}
 
 
-def check_resume(saved: Any, new: Any, done_step: int | None, *, allow_changed_data: bool) -> None:
+def check_resume(saved: Any, new: Any, done_step: int | None, *, allow_changed_data: bool,
+                 shaping_keys: tuple[str, ...] = DATA_SHAPING) -> None:  # fmt: skip
     """Raises ValueError (got/expected) when the resumed config would change the run's data, or asks for no new
-    step. `done_step`: the step of the run's latest complete checkpoint (None: no checkpoint)."""
-    shaping = data_changes(changes(saved, new))
+    step. `done_step`: the step of the run's latest complete checkpoint (None: no checkpoint); `shaping_keys`: the
+    app's data-deciding keys (default: the LLM apps')."""
+    shaping = data_changes(changes(saved, new), shaping_keys)
     if shaping and not allow_changed_data:
         listed = "; ".join(f"{k}: {old!r} -> {v!r}" for k, (old, v) in shaping.items())
         raise ValueError(

@@ -1,0 +1,3 @@
+from flow_grpo.cli import main
+
+main()

@@ -1,0 +1,53 @@
+"""RolloutBatch: one step's images with everything the trainer needs, as numpy arrays (what crosses Ray's object
+store zero-copy), plus the weight version that sampled them. Saved into checkpoints while still untrained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from flow_models.sampler import FlowRollout
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """`N = prompts_per_step x samples_per_prompt` images; the samples of group g are the rows with `groups == g`.
+    `window_start`: the first trained step (the window is `window_size` consecutive steps)."""
+
+    step: int
+    version: int  # the weights that sampled every image of the batch
+    window_start: int
+    labels: np.ndarray  # [N] int64 requested class
+    groups: np.ndarray  # [N] int64
+    sigmas: np.ndarray  # [num_steps + 1] float32
+    latents: np.ndarray  # [N, W + 1, 1, 8, 8] float32: the window's states
+    log_probs: np.ndarray  # [N, W] float32: the sampler's log-probs (the old policy)
+    images: np.ndarray  # [N, 1, 8, 8] float32 in model space ([-1, 1] for data)
+    rewards: np.ndarray  # [N] float32
+    sample_s: float  # seconds the rollouter spent sampling and scoring
+
+    def rollout(self) -> FlowRollout:
+        window = tuple(range(self.window_start, self.window_start + self.log_probs.shape[1]))
+        return FlowRollout(torch.from_numpy(self.labels), torch.from_numpy(self.sigmas), window,
+                           torch.from_numpy(self.latents), torch.from_numpy(self.log_probs),
+                           torch.from_numpy(self.images))  # fmt: skip
+
+    @classmethod
+    def of(cls, step: int, version: int, rollout: FlowRollout, groups: np.ndarray, rewards: torch.Tensor,
+           sample_s: float) -> RolloutBatch:  # fmt: skip
+        start = rollout.window[0] if rollout.window else 0
+        return cls(step, version, start, rollout.labels.numpy(), groups, rollout.sigmas.numpy(),
+                   rollout.latents.numpy(), rollout.log_probs.numpy(), rollout.images.numpy(),
+                   rewards.float().numpy(), sample_s)  # fmt: skip
+
+    def save(self, path: Path) -> None:
+        np.savez(path, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
+
+    @classmethod
+    def load(cls, path: Path) -> RolloutBatch:
+        with np.load(path) as data:
+            values = {f.name: data[f.name] for f in fields(cls)}
+        scalars = {"step": int, "version": int, "window_start": int, "sample_s": float}
+        return cls(**{k: scalars[k](v) if k in scalars else v for k, v in values.items()})  # type: ignore[arg-type]

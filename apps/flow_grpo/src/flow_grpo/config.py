@@ -1,0 +1,147 @@
+"""FlowConfig: every knob of a FlowGRPO run, as typed sections (standard library and config modules only, so
+`--help` is instant). Each component owns its section: the sampler (`flow_models.sampler` via `SamplerSection`),
+the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`), the optimiser
+(`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
+
+Defaults are the measured CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels
+randomised (the base draws the requested class with ~50% classifier probability), 16 classes x 8 samples per step,
+10 sampling steps with an SDE window of 2 steps in the first 5 (noise level 0.7), GRPO with a global std, AdamW at
+1e-4, 150 steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
+from flow_models.sampler_config import SamplerConfig
+from recipes.config import RunConfig
+from recipes.ray_config import RayConfig
+from trainers.backend.config import OptimConfig
+from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class FlowRunConfig(RunConfig):
+    steps: int = _help("training steps (prompts_per_step x samples_per_prompt images each)", 150)
+    warmup_cache: str = _help("directory of the cached base model and reward classifier", ".cache/flow")
+    torch_threads: int = _help("torch intra-op threads of the trainer", 1)
+
+
+@dataclass
+class ModelSection:
+    """The velocity model (`flow_models.velocity.VelocityMLP`) for the 8x8 digits."""
+
+    hidden: int = _help("width of the velocity MLP", 256)
+    depth: int = _help("residual blocks of the velocity MLP", 3)
+    time_dim: int = _help("sinusoidal sigma-embedding width (even)", 64)
+
+
+@dataclass
+class FlowWarmupSection:
+    steps: int = _help("flow-matching optimiser steps of the base (0: the random model)", 600)
+    batch_size: int = _help("images per warm-up step", 128)
+    lr: float = _help("AdamW learning rate of the warm-up", 1e-3)
+    label_noise: float = _help(
+        "fraction of warm-up labels replaced by random classes: the base follows its class loosely, leaving RL room",
+        0.4,
+    )
+    seed: int = _help("seed of the base's initialisation and warm-up batches", 0)
+
+
+@dataclass
+class FlowRolloutConfig:
+    prompts_per_step: int = _help("prompts (a requested class each, drawn uniformly) per step", 16)
+    samples_per_prompt: int = _help("images sampled per prompt (one group)", 8)
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
+            raise ValueError(f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
+                             f"{self.prompts_per_step}, {self.samples_per_prompt}")  # fmt: skip
+
+
+@dataclass
+class SamplerSection:
+    """Training rollouts: ODE steps, with SDE (stochastic, trained) steps inside one window."""
+
+    num_steps: int = _help("denoising steps of a training rollout", 10)
+    shift: float = _help("time shift of the sigma schedule (diffusers' FlowMatchEulerDiscreteScheduler shift)", 1.0)
+    noise_level: float = _help("SDE noise level a (std_t = a sqrt(sigma / (1 - sigma)); CPS: sin(a pi / 2))", 0.7)
+    sde_kind: Literal["sde", "cps"] = _help("sde: Flow-GRPO's SDE; cps: coefficients-preserving sampling", "sde")
+    window_size: int = _help("stochastic (trained) steps per rollout", 2)
+    window_lo: int = _help("first step index the window may start at", 0)
+    window_hi: int = _help("the window lies in steps [window_lo, window_hi)", 5)
+    log_prob_reduction: Literal["mean", "sum"] = _help(
+        "per-step log-prob: mean (the reference's) or sum over latent elements", "mean"
+    )
+
+    def __post_init__(self) -> None:
+        self.build()  # every check of SamplerConfig, at parse time
+
+    def build(self) -> SamplerConfig:
+        from flow_models.sampler_config import Reduction, SdeKind
+
+        return SamplerConfig(self.num_steps, self.shift, self.noise_level, SdeKind(self.sde_kind), self.window_size,
+                             (self.window_lo, self.window_hi), Reduction(self.log_prob_reduction))  # fmt: skip
+
+
+@dataclass
+class FlowValidationConfig:
+    every_steps: int = _help("validate every k steps (and before the first and after the last step)", 25)
+    samples_per_class: int = _help("validation images per class (fixed seeds)", 20)
+    num_steps: int = _help("denoising steps of the deterministic (ODE) validation sampler", 20)
+    seed: int = _help("seed of the validation noise (the same images every validation)", 1234)
+    grid_per_class: int = _help("images per class in plots/samples_<step>.png (the first seeds)", 8)
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 1 or self.samples_per_class < 1 or self.num_steps < 1 or self.grid_per_class < 0:
+            raise ValueError("validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
+                             f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
+                             f"{self.grid_per_class}")  # fmt: skip
+        if self.grid_per_class > self.samples_per_class:
+            raise ValueError(f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
+                             f"got {self.grid_per_class}")  # fmt: skip
+
+
+@dataclass
+class FlowPipelineConfig:
+    ray: bool = _help("sample on a Ray rollouter actor (false: in this process, same results)", True)
+    max_staleness: int = _help(
+        "steps a batch may lag the trainer: step s trains images sampled by weights >= s - 1 - k (0: synchronous; "
+        "k >= 1 overlaps sampling with training)",
+        0,
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ValueError(f"pipeline.max_staleness: expected >= 0, got {self.max_staleness}")
+
+
+@dataclass
+class FlowConfig:
+    run: FlowRunConfig = field(default_factory=FlowRunConfig)
+    model: ModelSection = field(default_factory=ModelSection)
+    warmup: FlowWarmupSection = field(default_factory=FlowWarmupSection)
+    reward: RewardConfig = field(default_factory=ClassifierRewardConfig)
+    rollout: FlowRolloutConfig = field(default_factory=FlowRolloutConfig)
+    sampler: SamplerSection = field(default_factory=SamplerSection)
+    algorithm: FlowGRPOConfig = field(default_factory=FlowGRPOConfig)
+    train: FlowTrainConfig = field(default_factory=FlowTrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    validation: FlowValidationConfig = field(default_factory=FlowValidationConfig)
+    pipeline: FlowPipelineConfig = field(default_factory=FlowPipelineConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    def __post_init__(self) -> None:
+        n = self.rollout.prompts_per_step
+        if self.train.mini_batches_per_step > n * self.rollout.samples_per_prompt:
+            images = n * self.rollout.samples_per_prompt
+            raise ValueError(
+                f"train.mini_batches_per_step: expected <= the step's images ({images}), got "
+                f"{self.train.mini_batches_per_step}"
+            )

@@ -1,0 +1,96 @@
+"""FlowSetup: what a run prepares before it trains: its directory (claimed, locked), the cached base model and
+reward classifier, the backend, the rewards, and where the rollouter runs (this process or a Ray actor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from flow_models.base_cache import ensure_base, ensure_classifier
+from flow_models.classifier import ClassifierConfig, DigitClassifier
+from flow_models.digits import load_digit_splits
+from flow_models.reward_config import ClassifierRewardConfig
+from flow_models.rewards import RewardFn
+from flow_models.velocity import VelocityConfig
+from flow_models.warmup import FlowWarmupConfig
+from recipes.setup import claim_run_dir
+from run_logging import MetricsLog, RunDir, RunLock
+from trainers.flow.backend import FlowBackend
+
+from flow_grpo.cli import DEFAULT_RUNS_ROOT
+from flow_grpo.config import FlowConfig
+from flow_grpo.rewards import RewardSpec
+from flow_grpo.rollouter import RollouterSpec
+from flow_grpo.rollouts import LocalRollouts, RayRollouts, Rollouts
+
+
+@dataclass
+class FlowSetup:
+    cfg: FlowConfig
+    run: RunDir
+    lock: RunLock  # held until `close`
+    log: MetricsLog
+    backend: FlowBackend
+    rollouts: Rollouts
+    reward: RewardFn
+    classifier: DigitClassifier
+    classifier_val_acc: float
+    model_cfg: VelocityConfig
+    session: object | None  # recipes.ray_session.RaySession when pipeline.ray
+
+    def close(self) -> None:
+        try:
+            self.rollouts.close()
+        finally:
+            if self.session is not None:
+                self.session.close()  # type: ignore[attr-defined]
+            self.lock.release()
+
+
+def classifier_config(cfg: FlowConfig) -> ClassifierConfig:
+    """The reward's classifier settings, or the default classifier's when the reward is another kind (validation
+    always reports the classifier's judgement)."""
+    r = cfg.reward if isinstance(cfg.reward, ClassifierRewardConfig) else ClassifierRewardConfig()
+    return ClassifierConfig(hidden=r.hidden, steps=r.steps, seed=r.seed)
+
+
+def _rollouts(cfg: FlowConfig, spec: RollouterSpec) -> tuple[Rollouts, object | None]:
+    if not cfg.pipeline.ray:
+        return LocalRollouts(spec), None
+    from recipes.cli import exit_on_sigterm
+    from recipes.ray_session import RaySession
+
+    session = RaySession.open(cfg.ray, app="flow_grpo")
+    exit_on_sigterm()  # ray.init installs its own SIGTERM handler
+    try:
+        return RayRollouts(spec, session.rollouter_options(0), cfg.ray.call_timeout_s), session
+    except BaseException:
+        session.close()
+        raise
+
+
+def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
+    run, lock = claim_run_dir(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)  # type: ignore[arg-type]
+    try:
+        data = load_digit_splits()
+        cache = Path(cfg.run.warmup_cache).resolve()
+        clf_cfg = classifier_config(cfg)
+        classifier, clf_acc = ensure_classifier(clf_cfg, data, cache)
+        m, w = cfg.model, cfg.warmup
+        model_cfg = VelocityConfig(hidden=m.hidden, depth=m.depth, time_dim=m.time_dim)
+        warm = FlowWarmupConfig(w.steps, w.batch_size, w.lr, w.label_noise, w.seed)
+        base = ensure_base(model_cfg, warm, data, cache)
+        sampler = cfg.sampler.build()
+        total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.epochs
+        backend = FlowBackend(base, cfg.optim, sampler, with_reference=cfg.algorithm.beta > 0, total_steps=total)
+        reward_spec = RewardSpec(cfg.reward, clf_cfg.hidden, {k: v.numpy() for k, v in classifier.state_dict().items()})
+        threads = cfg.ray.rollouter_threads if cfg.pipeline.ray else cfg.run.torch_threads
+        spec = RollouterSpec(model_cfg, {k: v.numpy() for k, v in base.state_dict().items()}, sampler,
+                             cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, reward_spec, cfg.run.seed,
+                             threads)  # fmt: skip
+        rollouts, session = _rollouts(cfg, spec)
+    except BaseException:
+        lock.release()
+        raise
+    return FlowSetup(cfg, run, lock, MetricsLog(run.metrics), backend, rollouts, reward_spec.build(), classifier,
+                     clf_acc, model_cfg, session)  # fmt: skip
