@@ -1,7 +1,8 @@
-"""Writes docs/configuration.md from the apps' typed configs: `uv run python scripts/write_configuration_docs.py`.
+"""Writes docs/configuration.md (the PPO apps) and docs/configuration_flow_grpo.md (apps/flow_grpo) from the apps'
+typed configs: `uv run python scripts/write_configuration_docs.py`.
 
-tests/apps/test_apps_configuration_docs.py fails when the committed file differs from `render()`, so the reference
-cannot drift from the code.
+tests/apps/test_apps_configuration_docs.py fails when a committed file differs from `render()` /
+`render_flow()`, so the references cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from async_ppo.config import AsyncConfig
+from flow_grpo.config import FlowConfig
 from run_config import to_markdown
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+OUT_FLOW = OUT.with_name("configuration_flow_grpo.md")
 
 INTRO = """\
 Generated from the typed configs by `uv run python scripts/write_configuration_docs.py`; a test keeps it equal to
@@ -25,12 +28,29 @@ does not have is an error that names the kinds that have it.
 """
 
 
+INTRO_FLOW = """\
+Generated from the typed config of `apps/flow_grpo` by `uv run python scripts/write_configuration_docs.py`; a test
+keeps it equal to the code, and `uv run apps/flow_grpo --help` prints the same. A run writes its resolved config to
+`<run dir>/config.toml`, which `--resume` reads back. The `reward` section is tagged: choose it with
+`--reward.kind KIND`. What the settings mean is in docs/flow_grpo.md.
+"""
+
+
+def _with_intro(cls: type, title: str, intro: str) -> str:
+    head, generic, rest = to_markdown(cls, title=title).split("\n\n", 2)
+    return f"{head}\n\n{intro}\n{generic}\n\n{rest}"
+
+
 def render() -> str:
-    title, generic, rest = to_markdown(AsyncConfig, title="Configuration reference").split("\n\n", 2)
-    return f"{title}\n\n{INTRO}\n{generic}\n\n{rest}"
+    return _with_intro(AsyncConfig, "Configuration reference", INTRO)
+
+
+def render_flow() -> str:
+    return _with_intro(FlowConfig, "Configuration reference: apps/flow_grpo", INTRO_FLOW)
 
 
 if __name__ == "__main__":
     OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(render())
-    print(f"wrote {OUT} ({len(render().splitlines())} lines)")
+    for path, text in ((OUT, render()), (OUT_FLOW, render_flow())):
+        path.write_text(text)
+        print(f"wrote {path} ({len(text.splitlines())} lines)")

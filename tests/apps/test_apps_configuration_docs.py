@@ -1,5 +1,6 @@
-"""docs/configuration.md is exactly what the typed configs render to: a key added, removed or re-documented in the
-code without regenerating the file fails here (regenerate: `uv run python scripts/write_configuration_docs.py`)."""
+"""docs/configuration.md and docs/configuration_flow_grpo.md are exactly what the typed configs render to: a key
+added, removed or re-documented in the code without regenerating the files fails here (regenerate: `uv run python
+scripts/write_configuration_docs.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def test_the_configuration_reference_matches_the_typed_configs() -> None:
     expected = render()
     assert committed == expected, (
         "docs/configuration.md is stale: run `uv run python scripts/write_configuration_docs.py` and commit it"
+    )
+
+
+def test_the_flow_grpo_configuration_reference_matches_its_typed_config() -> None:
+    render = runpy.run_path(str(ROOT / "scripts" / "write_configuration_docs.py"))["render_flow"]
+    assert (ROOT / "docs" / "configuration_flow_grpo.md").read_text() == render(), (
+        "docs/configuration_flow_grpo.md is stale: run `uv run python scripts/write_configuration_docs.py`"
     )
 
 

@@ -51,3 +51,10 @@ def test_the_kl_term_is_the_per_element_gaussian_kl_reduced_like_the_log_prob():
 def test_beta_without_reference_means_is_an_error():
     with pytest.raises(ValueError, match="reference"):
         flow_grpo_loss(_inputs([0.0], [0.0], [1.0]), clip_eps=0.2, beta=0.1)
+
+
+def test_behaviour_weights_scale_each_sample_policy_term():
+    plain = _inputs([0.0, 0.0], [0.0, 0.0], [1.0, -1.0])
+    weighted = _inputs([0.0, 0.0], [0.0, 0.0], [1.0, -1.0], behaviour_weights=torch.tensor([0.5, 2.0]))
+    assert float(flow_grpo_loss(plain, clip_eps=0.2, beta=0.0).loss) == pytest.approx(0.0)
+    assert float(flow_grpo_loss(weighted, clip_eps=0.2, beta=0.0).loss) == pytest.approx((-0.5 + 2.0) / 2)

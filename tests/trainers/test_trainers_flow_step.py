@@ -116,3 +116,23 @@ def test_a_checkpoint_continues_bit_for_bit():
 
     for a, b in zip(run(False), run(True), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_stale_batch_is_clipped_against_the_trainer_recompute_with_behaviour_weights():
+    model = _model()
+    rollout, rewards, groups = _batch(model)  # sampled by version 0
+    backend = _backend(model)
+    flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), *_batch(model, seed=5), sampled_by=0, seed=0)
+    trainer = flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), rollout, rewards, groups,
+                              sampled_by=0, seed=0)  # fmt: skip
+    assert trainer.metrics["actor/ratio"] == pytest.approx(1.0, abs=1e-6)  # the denominator is the trainer's own
+    assert trainer.metrics["actor/behaviour_weight"] != pytest.approx(1.0, abs=1e-6)
+    assert "mismatch/max_abs" not in trainer.metrics
+
+    backend = _backend(_model())
+    flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), *_batch(backend.model, seed=5), sampled_by=0,
+                    seed=0)  # fmt: skip
+    rollout_old = flow_train_step(backend, FlowGRPOConfig(old_policy="rollout"), FlowTrainConfig(), rollout, rewards,
+                                  groups, sampled_by=0, seed=0)  # fmt: skip
+    assert rollout_old.metrics["actor/ratio"] != pytest.approx(1.0, abs=1e-6)
+    assert "actor/behaviour_weight" not in rollout_old.metrics

@@ -11,6 +11,11 @@ import torch
 from flow_models.sampler import FlowRollout
 
 
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A view of `a`, or of a copy when it is read-only (arrays from Ray's object store are)."""
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
 @dataclass(frozen=True)
 class RolloutBatch:
     """`N = prompts_per_step x samples_per_prompt` images; the samples of group g are the rows with `groups == g`.
@@ -30,9 +35,8 @@ class RolloutBatch:
 
     def rollout(self) -> FlowRollout:
         window = tuple(range(self.window_start, self.window_start + self.log_probs.shape[1]))
-        return FlowRollout(torch.from_numpy(self.labels), torch.from_numpy(self.sigmas), window,
-                           torch.from_numpy(self.latents), torch.from_numpy(self.log_probs),
-                           torch.from_numpy(self.images))  # fmt: skip
+        return FlowRollout(_tensor(self.labels), _tensor(self.sigmas), window, _tensor(self.latents),
+                           _tensor(self.log_probs), _tensor(self.images))  # fmt: skip
 
     @classmethod
     def of(cls, step: int, version: int, rollout: FlowRollout, groups: np.ndarray, rewards: torch.Tensor,

@@ -22,7 +22,7 @@ class RewardSpec:
 
     def build_classifier(self) -> DigitClassifier:
         model = DigitClassifier(self.classifier_hidden)
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in self.classifier.items()})
+        model.load_state_dict({k: torch.tensor(v) for k, v in self.classifier.items()})  # copies: may be read-only
         return model.eval().requires_grad_(False)
 
     def build(self) -> RewardFn:

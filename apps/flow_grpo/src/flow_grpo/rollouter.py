@@ -49,7 +49,9 @@ class FlowRollouter:
         self.spec = spec
         self.sync = sync
         self.model = spec.model.build().eval().requires_grad_(False)
-        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in spec.weights.items()})
+        self.model.load_state_dict(
+            {k: torch.tensor(v) for k, v in spec.weights.items()}
+        )  # copies: Ray's arrays are read-only
         self.reward: RewardFn = spec.reward.build()
         self.version = 0
 

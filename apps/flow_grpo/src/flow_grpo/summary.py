@@ -13,6 +13,9 @@ from flow_grpo.validation import ValidationResult
 
 @dataclass(frozen=True)
 class FlowSummary:
+    """`wall_s`: seconds of the training loop, the base's validation and every step (what a resume adds to);
+    start-up (caches, Ray, the rollouter actor), shutdown and the plots are not in it."""
+
     run_dir: Path
     steps: int
     seed: int

@@ -158,12 +158,12 @@ def run_loop(cfg: FlowConfig, resume: bool) -> FlowSummary:
                     loop.checkpoint(progress)
         finally:
             bar.close()
+        wall = elapsed0 + time.perf_counter() - t0  # validation of step 0 and the steps (not start-up or shutdown)
     finally:
         s.close()
     if cfg.run.plots:
         write_plots(s.run, cfg.validation.grid_per_class)
-    return summarize(s.run, seed=cfg.run.seed, wall_s=elapsed0 + time.perf_counter() - t0,
-                     base_val_reward=progress.base_val_reward)  # fmt: skip
+    return summarize(s.run, seed=cfg.run.seed, wall_s=wall, base_val_reward=progress.base_val_reward)
 
 
 def train(cfg: FlowConfig, *, resume: bool = False) -> FlowSummary:

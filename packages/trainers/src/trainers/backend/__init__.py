@@ -8,6 +8,7 @@ _EXPORTS = {
     "BackendState": "trainers.backend.state",
     "DataParallel": "trainers.backend.data_parallel",
     "OptimConfig": "trainers.backend.config",
+    "OptimisedModule": "trainers.backend.optimised_module",
     "TorchBackend": "trainers.backend.torch_backend",
     "TorchBackendConfig": "trainers.backend.config",
     "TrainingBackend": "trainers.backend.protocol",

@@ -33,7 +33,8 @@ class FlowBackend(OptimisedModule):
         return torch.stack(columns, dim=1) if columns else rollout.log_probs.new_zeros((len(rollout), 0))
 
     def forward_backward(self, micro: FlowRollout, k: int, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                         num_samples: float, loss_fn: object) -> LossOutputs:  # fmt: skip
+                         num_samples: float, loss_fn: object,
+                         behaviour_weights: torch.Tensor | None = None) -> LossOutputs:  # fmt: skip
         """Window step `k` of `micro` with gradient: `loss_fn(FlowLossInputs) -> LossOutputs`, then backward."""
         log_probs, gaussian = window_log_prob(self.model, micro, k, self.sampler)
         ref_mean = None
@@ -41,7 +42,8 @@ class FlowBackend(OptimisedModule):
             with torch.no_grad():
                 ref_mean = window_log_prob(self.reference, micro, k, self.sampler)[1].mean
         inputs = FlowLossInputs(log_probs, old_log_probs, advantages, gaussian.mean, gaussian.std, num_samples,
-                                len(micro.window), str(self.sampler.reduction), ref_mean)  # fmt: skip
+                                len(micro.window), str(self.sampler.reduction), ref_mean,
+                                behaviour_weights)  # fmt: skip
         out: LossOutputs = loss_fn(inputs)  # type: ignore[operator]
         out.loss.backward()
         return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)

@@ -35,6 +35,16 @@ class FlowGRPOConfig:
         "(mu - mu_ref)^2 / (2 std^2), reduced like the log-prob (0: no reference model)",
         0.0,
     )
+    old_policy: Literal["trainer", "rollout"] = _help(
+        "the PPO ratio's denominator for a stale batch (sampled by older weights than the trainer's): trainer "
+        "(recomputed under the weights before the update, with the truncated behaviour weight below) or rollout "
+        "(the sampler's own log-probs); a fresh batch always uses the rollout's, which the recompute equals",
+        "trainer",
+    )
+    behaviour_weight_cap: float = _help(
+        "old_policy trainer: a stale sample's loss is weighted by min(exp(logp_trainer - logp_rollout), cap)",
+        2.0,
+    )
     drop_zero_advantage: bool = _help(
         "train only samples with a non-zero advantage (the reference's filter), topped up with random zero-advantage "
         "samples so the count stays divisible by the mini-batches",
@@ -47,6 +57,8 @@ class FlowGRPOConfig:
         if not self.std_eps >= 0 or not self.adv_clip_max > 0 or not self.beta >= 0:
             raise ValueError(f"algorithm: expected std_eps >= 0, adv_clip_max > 0, beta >= 0, got {self.std_eps}, "
                              f"{self.adv_clip_max}, {self.beta}")  # fmt: skip
+        if not self.behaviour_weight_cap > 0:
+            raise ValueError(f"algorithm.behaviour_weight_cap: expected > 0, got {self.behaviour_weight_cap}")
         if self.clip_eps is not None and not 0 < self.clip_eps < 1:
             raise ValueError(f"algorithm.clip_eps: expected none or in (0, 1), got {self.clip_eps}")
 

@@ -5,6 +5,10 @@
     kl  = reduce_elements((mu_theta - mu_ref)^2 / (2 std^2))                [b]   (beta > 0 only)
     loss = (sum_b pg + beta sum_b kl) / (num_samples * num_steps)
 
+`w` is 1, or for a batch sampled by older weights than the trainer's (with `old_policy trainer`, where `p_old` is
+the trainer's recompute before the update) the truncated behaviour weight `min(p_old / p_rollout, cap)`, which
+corrects for sampling by the older weights as decoupled PPO does.
+
 `num_samples` is the mini-batch's sample count and `num_steps` the trained steps per sample, so the sum of the
 loss over micro-batches and steps is the mini-batch's mean over samples and steps: gradient accumulation over
 micro-batches x window steps is exact. The KL is the closed-form KL between the two step Gaussians (same std)
@@ -33,6 +37,7 @@ class FlowLossInputs:
     num_steps: int
     reduction: str  # mean | sum over latent elements
     ref_mean: torch.Tensor | None = None  # [b, ...] under the reference weights (beta > 0)
+    behaviour_weights: torch.Tensor | None = None  # [b] detached, stale samples' truncated IS weights; None: all 1
 
 
 def flow_grpo_loss(inputs: FlowLossInputs, clip_eps: float, beta: float) -> LossOutputs:
@@ -41,6 +46,8 @@ def flow_grpo_loss(inputs: FlowLossInputs, clip_eps: float, beta: float) -> Loss
     ratio = torch.exp(delta)
     adv = inputs.advantages
     pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps))
+    if inputs.behaviour_weights is not None:
+        pg = pg * inputs.behaviour_weights
     loss = pg.sum() / denom
     clipped = (torch.abs(ratio.detach() - 1) > clip_eps).float()
     sums = {"actor/pg_loss": pg.detach().sum() / denom}

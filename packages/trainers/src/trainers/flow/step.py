@@ -2,7 +2,8 @@
 
     A     <- flow_advantages(rewards, groups)                  [N] sample-level, clamped
     rows  <- all, or the non-zero-advantage ones (kept divisible by the mini-batches)
-    old   <- the rollout's own log-probs                       [N, W] (the behaviour policy: bypass mode)
+    old   <- the rollout's own log-probs                       [N, W], when the batch is fresh (or old_policy rollout)
+             else the trainer's recompute before the update,   with behaviour weights min(p_old / p_rollout, cap)
     for epoch, mini-batch (rows in group order, split evenly): one optimiser step each
         for micro-batch, window step k: backend.forward_backward(micro, k, loss)
     mismatch: the trainer's pre-update log-probs vs the rollout's, when the rollout was sampled by the weights
@@ -43,8 +44,31 @@ def _mismatch(backend: FlowBackend, rollout: FlowRollout) -> dict[str, float]:
     return {"mismatch/max_abs": float(diff.max()), "mismatch/mean_abs": float(diff.mean())}
 
 
-def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, rows: np.ndarray, cfg: FlowGRPOConfig,
-            clip_eps: float, micro_size: int, metrics: StepMetrics, step: int) -> None:  # fmt: skip
+@dataclass(frozen=True)
+class _OldPolicy:
+    """`log_probs` `[N, W]`: the ratio's denominator; `weights` `[N, W]` the behaviour weights (None: all 1)."""
+
+    log_probs: torch.Tensor
+    weights: torch.Tensor | None
+
+
+def _old_policy(backend: FlowBackend, cfg: FlowGRPOConfig, rollout: FlowRollout, sampled_by: int,
+                metrics: StepMetrics) -> _OldPolicy:  # fmt: skip
+    """The rollout's log-probs for a fresh batch (the recompute equals them) or with `old_policy rollout`; else
+    the trainer's recompute under its weights before the update, with truncated behaviour weights."""
+    if sampled_by == backend.version or cfg.old_policy == "rollout":
+        return _OldPolicy(rollout.log_probs, None)
+    recomputed = backend.log_probs(rollout)
+    raw = torch.exp(recomputed - rollout.log_probs)
+    weights = torch.clamp(raw, max=cfg.behaviour_weight_cap)
+    metrics.add({"actor/behaviour_weight": float(weights.mean()),
+                 "actor/behaviour_weight_capped": float((raw > cfg.behaviour_weight_cap).float().mean())})  # fmt: skip
+    return _OldPolicy(recomputed, weights)
+
+
+def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, old: _OldPolicy, rows: np.ndarray,
+            cfg: FlowGRPOConfig, clip_eps: float, micro_size: int, metrics: StepMetrics,
+            step: int) -> None:  # fmt: skip
     """One optimiser step on `rows`."""
     backend.zero_grad()
     total = torch.zeros((), dtype=torch.float64)
@@ -57,8 +81,9 @@ def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, rows:
             return flow_grpo_loss(inputs, clip_eps, cfg.beta)
 
         for k in range(len(rollout.window)):
-            old = rollout.log_probs[index, k]
-            out = backend.forward_backward(micro, k, old, adv[index], float(len(rows)), loss_fn)
+            weights = None if old.weights is None else old.weights[index, k]
+            out = backend.forward_backward(micro, k, old.log_probs[index, k], adv[index], float(len(rows)), loss_fn,
+                                           weights)  # fmt: skip
             metrics.add_micro(out, float(len(sub)))
             total = total + out.loss.double()
     if not torch.isfinite(total):
@@ -85,9 +110,10 @@ def flow_train_step(
     adv = torch.from_numpy(result.values)
     clip_eps = cfg.clip_range(str(backend.sampler.reduction))
     if len(rows):
+        old = _old_policy(backend, cfg, rollout, sampled_by, metrics)
         for _ in range(loop.epochs):
             for part in _mini_batches(rows, np.asarray(groups), loop.mini_batches_per_step):
-                _update(backend, rollout, adv, part, cfg, clip_eps, loop.micro_batch_size, metrics, step)
+                _update(backend, rollout, adv, old, part, cfg, clip_eps, loop.micro_batch_size, metrics, step)
     else:
         metrics.add_count("actor/skipped_all_zero_advantage")
     metrics.add({
