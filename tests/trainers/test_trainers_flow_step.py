@@ -136,3 +136,20 @@ def test_a_stale_batch_is_clipped_against_the_trainer_recompute_with_behaviour_w
                                   groups, sampled_by=0, seed=0)  # fmt: skip
     assert rollout_old.metrics["actor/ratio"] != pytest.approx(1.0, abs=1e-6)
     assert "actor/behaviour_weight" not in rollout_old.metrics
+
+
+def test_the_same_step_trains_a_diffusers_sd3_transformer_through_its_adapter():
+    from flow_models.diffusers_adapter import SD3Velocity, tiny_sd3_transformer
+
+    fn = SD3Velocity.with_random_prompts(tiny_sd3_transformer(seed=0, sample_size=8, in_channels=1), num_classes=4)
+    gen = torch.Generator().manual_seed(3)
+    labels = torch.arange(8) % 4
+    rollout = sample(fn, labels, torch.randn(8, 1, 8, 8, generator=gen), SAMPLER, gen, 1)
+    backend = FlowBackend(fn, OptimConfig(lr=1e-3), SAMPLER)
+    before = [p.detach().clone() for p in fn.transformer.parameters()]
+    rewards = rollout.images.flatten(1).mean(dim=1).numpy()
+    result = flow_train_step(backend, FlowGRPOConfig(clip_eps=0.2), FlowTrainConfig(), rollout, rewards,
+                             np.repeat(np.arange(2), 4), sampled_by=0, seed=0)  # fmt: skip
+    assert result.metrics["mismatch/max_abs"] < 1e-6
+    assert any(not torch.equal(a, b) for a, b in zip(before, fn.transformer.parameters(), strict=True))
+    assert all(not b.requires_grad for b in fn.buffers())  # the prompt embeddings are not trained
