@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from trainers import collate
+from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend import BackendState, OptimConfig, TorchBackend, TrainingBackend
 from trainers.backend.torch_backend import resolve_device
 from trainers_fixtures import PAD, backend, rollouts, step, tiny_model
@@ -137,3 +138,20 @@ def test_devices_resolve_to_cpu_here_and_cuda_without_a_gpu_is_refused() -> None
     assert resolve_device("auto").type == "cpu"
     with pytest.raises(ValueError, match="no CUDA device"):
         resolve_device("cuda")
+
+
+def test_bf16_compute_keeps_fp32_weights_and_gradients_and_gives_fp32_log_probs_near_the_fp32_ones():
+    batch = collate(rollouts(tiny_model(), num_prompts=2, per_prompt=2), PAD)
+    fp32 = TorchBackend(tiny_model(), device="cpu")
+    bf16 = TorchBackend(tiny_model(), device="cpu", compute_dtype="bfloat16")
+    (a,), (b,) = fp32.log_probs([batch], replay=True), bf16.log_probs([batch], replay=True)
+    assert b.dtype == torch.float32
+    mask = batch.response_mask.bool()
+    diff = (a - b).abs()[mask]
+    assert 0 < float(diff.max()) < 0.1  # bf16 rounding, not a different model
+    out = bf16.forward_backward(batch, lambda lp, _: LossOutputs((lp * batch.response_mask).sum()), replay=True)
+    assert torch.isfinite(out.loss)
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+               for p in bf16.model.parameters() if p.requires_grad)  # fmt: skip
+    with pytest.raises(ValueError, match="compute_dtype"):
+        TorchBackend(tiny_model(), device="cpu", compute_dtype="float16")

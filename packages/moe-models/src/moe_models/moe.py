@@ -72,7 +72,7 @@ class Experts(nn.Module):
         x = h.index_select(0, token)  # [N*K, hidden] expert-sorted
         y = self._grouped(x, counts) if self._grouped_mm_applies(h) else self._padded(x, sorted_experts, counts)
         pair_weights = weights.reshape(-1)[order, None].to(y.dtype)  # [N*K, 1] in expert-sorted order
-        return torch.zeros_like(h).index_add_(0, token, y * pair_weights)
+        return torch.zeros_like(h).index_add_(0, token, (y * pair_weights).to(h.dtype))  # autocast: y may be bf16
 
     def _grouped_mm_applies(self, h: torch.Tensor) -> bool:
         needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.gate_up_proj.requires_grad)

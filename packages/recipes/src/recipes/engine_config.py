@@ -35,6 +35,11 @@ class NativeEngineConfig:
 
     kind: Literal["native"] = "native"
     slots: int = _help("KV-cache slots (sequences decoded together)", 256)
+    dtype: Literal["float32", "bfloat16"] = _help(
+        "the engine's weights and KV cache; bfloat16: the trainer keeps fp32 weights and sends them in bf16 (the "
+        "compiled decode's C kernels are fp32-only, so a compiled bf16 step runs torch's ops)",
+        "float32",
+    )
     compile_decode: bool = _help(
         "torch.compile the decode step: a faster decode after a ~5-20 s compile; pays off with long responses, not "
         "on the default task (8-token answers: prefill-bound)",
@@ -65,6 +70,10 @@ class VLLMEngineConfig:
 
     kind: Literal["vllm"] = "vllm"
     max_num_seqs: int = _help("vLLM's max_num_seqs (capped at 256); more requests wait in vLLM's queue", 256)
+    dtype: Literal["float32", "bfloat16"] = _help(
+        "the server's --dtype (weights and compute); bfloat16: the trainer's fp32 weights are written in bf16",
+        "float32",
+    )
     python: str = _help("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
     startup_timeout_s: float = _help("seconds to wait for the server to become healthy", 600.0)
 

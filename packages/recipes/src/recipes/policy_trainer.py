@@ -28,8 +28,10 @@ from recipes.weight_sync import WeightHandle, WeightSync
 
 class PolicyTrainer:
     def __init__(self, backend: TrainingBackend, algorithm: Algorithm, loop: TrainLoopConfig, *, pad_token_id: int,
-                 seed: int, run: RunDir) -> None:  # fmt: skip
+                 seed: int, run: RunDir, weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+        """`weight_dtype`: floating weights are published in it (the engines' dtype; None: the trainer's own)."""
         self.backend, self.algorithm, self.loop = backend, algorithm, loop
+        self.weight_dtype = weight_dtype
         self.pad_token_id, self.seed, self.run = pad_token_id, seed, run
         dp = backend.data_parallel
         self.multiple = required_multiple(1 if dp is None else dp.world_size, loop.mini_batches_per_step)
@@ -45,7 +47,9 @@ class PolicyTrainer:
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.ppo_epochs  # optimiser steps of the run
         backend = cfg.backend.build(load_pretrained(checkpoint_dir), cfg.optim, temperature=cfg.rollout.temperature,
                                     reference=reference, total_steps=total)  # fmt: skip
-        return cls(backend, algorithm, cfg.train, pad_token_id=pad_token_id, seed=cfg.run.seed, run=run)
+        engine_dtype = getattr(cfg.rollout.engine, "dtype", "float32")  # sglang: its servers' own
+        return cls(backend, algorithm, cfg.train, pad_token_id=pad_token_id, seed=cfg.run.seed, run=run,
+                   weight_dtype=getattr(torch, engine_dtype))  # fmt: skip
 
     @property
     def version(self) -> int:
@@ -66,5 +70,9 @@ class PolicyTrainer:
         return self.update(step, self.prepare(scored), scored)
 
     def publish(self, sync: WeightSync) -> WeightHandle:
+        """The trainer's weights as `version`, floating ones in `weight_dtype` (bf16 engines get bf16: half the
+        bytes, and the rounding the engine would apply anyway happens once, here)."""
         weights, version = self.backend.export_weights()
+        if self.weight_dtype is not None:
+            weights = {k: v.to(self.weight_dtype) if v.is_floating_point() else v for k, v in weights.items()}
         return sync.publish(weights, version)

@@ -1,10 +1,12 @@
-"""The native engine as a rollout engine: weights are loaded in place between pause and resume."""
+"""The native engine as a rollout engine: weights are loaded in place between pause and resume, cast to the
+engine's dtype (`rollout.engine.dtype`: weights and KV cache)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
+from moe_models import load_pretrained
 from native_engine import EngineConfig, NativeEngine
 from rollout_core import Engine
 
@@ -14,10 +16,11 @@ from recipes.engines.protocol import PauseMode
 
 class NativeRolloutEngine:
     def __init__(self, cfg: NativeEngineConfig, site: EngineSite) -> None:
-        self.native = NativeEngine.from_pretrained(
-            site.checkpoint_dir,
+        model = load_pretrained(site.checkpoint_dir).to(getattr(torch, cfg.dtype))
+        self.native = NativeEngine(
+            model,
             EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode,
-                         step_delay_ms=cfg.step_delay_ms),
+                         step_delay_ms=cfg.step_delay_ms, cache_dtype=cfg.dtype),
         )  # fmt: skip
         self.engine: Engine = self.native
 

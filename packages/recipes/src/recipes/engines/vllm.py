@@ -40,7 +40,7 @@ def vllm_server_config(cfg: VLLMEngineConfig, site: EngineSite) -> VLLMServerCon
     python = Path(cfg.python) if cfg.python else default_python()
     return VLLMServerConfig(model=site.checkpoint_dir, python=python, max_model_len=site.max_len,
                             max_num_seqs=min(cfg.max_num_seqs, VLLM_MAX_NUM_SEQS), seed=site.seed,
-                            startup_timeout_s=cfg.startup_timeout_s)  # fmt: skip
+                            startup_timeout_s=cfg.startup_timeout_s, dtype=cfg.dtype)  # fmt: skip
 
 
 def start_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:

@@ -73,6 +73,11 @@ class TorchBackendConfig:
 
     kind: Literal["torch"] = "torch"
     device: Literal["auto", "cpu", "cuda"] = _help("where the policy trains (auto: cuda when available)", "auto")
+    compute_dtype: Literal["float32", "bfloat16"] = _help(
+        "dtype of the forward and backward (bfloat16: torch autocast; the weights and AdamW stay fp32, log-probs are "
+        "taken in fp32)",
+        "float32",
+    )
 
     def build(
         self, model: MoEForCausalLM, optim: OptimConfig, *, temperature: float,
@@ -83,7 +88,8 @@ class TorchBackendConfig:
         from trainers.backend.torch_backend import TorchBackend
 
         return TorchBackend(model, optim, temperature=temperature, device=self.device, reference=reference,
-                            data_parallel=data_parallel, total_steps=total_steps)  # fmt: skip
+                            data_parallel=data_parallel, total_steps=total_steps,
+                            compute_dtype=self.compute_dtype)  # fmt: skip
 
 
 BackendConfig = TorchBackendConfig

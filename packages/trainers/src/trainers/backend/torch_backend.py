@@ -37,12 +37,16 @@ class TorchBackend(OptimisedModule):
 
     def __init__(self, model: MoEForCausalLM, optim: OptimConfig | None = None, *, temperature: float = 1.0,
                  device: str = "auto", reference: MoEForCausalLM | None = None, version: int = 0,
-                 data_parallel: DataParallel | None = None, total_steps: int | None = None) -> None:  # fmt: skip
+                 data_parallel: DataParallel | None = None, total_steps: int | None = None,
+                 compute_dtype: str = "float32") -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         self._device = resolve_device(device)
         super().__init__(model.to(self._device).train(), optim, version=version, total_steps=total_steps)
         self.temperature = temperature
+        if compute_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"TorchBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
+        self.compute_dtype = compute_dtype
         self.dp = data_parallel
         self.reference = None
         if reference is not None:
@@ -76,9 +80,11 @@ class TorchBackend(OptimisedModule):
                 raise ValueError("router replay: expected a batch with routing (replay_ids), got none (dense model?)")
             routing = RouterReplay(micro.replay_ids, micro.replay_mask)
         at_ids = micro.teacher_top_ids if top_k else None
-        log_probs, at, _ = model.token_log_probs_at(micro.input_ids, micro.attention_mask, at_ids,
-                                                    temperature=self.temperature, replay=routing)  # fmt: skip
-        return log_probs, at
+        bf16 = self.compute_dtype == "bfloat16"
+        with torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
+            log_probs, at, _ = model.token_log_probs_at(micro.input_ids, micro.attention_mask, at_ids,
+                                                        temperature=self.temperature, replay=routing)  # fmt: skip
+        return log_probs.float(), None if at is None else at.float()
 
     @torch.no_grad()
     def log_probs(
