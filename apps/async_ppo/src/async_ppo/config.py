@@ -67,3 +67,9 @@ class AsyncConfig(RecipeConfig):
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.debug.precision_steps:
+            raise ValueError("debug.precision_steps: the precision probe runs in apps/sync_ppo, where the engine's "
+                             "model is in the trainer's process; here the engines are in rollouter actors")  # fmt: skip

@@ -20,9 +20,10 @@ from recipes.dumps import write_step_dump
 from recipes.engine_config import EngineSite
 from recipes.engines.protocol import RolloutEngine
 from recipes.policy_trainer import PolicyTrainer
+from recipes.precision_probe import probe, write_probe
 from recipes.requests import GroupSpec, step_requests
 from recipes.rollout import generate_all, score_all
-from recipes.samples import ScoredSample
+from recipes.samples import SampleStatus, ScoredSample
 from recipes.setup import RunSetup, prepare_run
 from recipes.teacher_set import TeacherSet
 from recipes.teacher_stream import TeacherStream, attach_teacher, build_teachers
@@ -92,9 +93,23 @@ class SyncPPO:
         write_step_dump(s.run.validation(step), DumpKind.VAL, step, result.records)
         return result.metrics
 
+    def probe_precision(self, step: int, scored: list[ScoredSample]) -> None:
+        """`--debug.precision_steps`: the engine's and the trainer's forward of the step's first responses, op by op
+        (`debug/precision/step_<s>.jsonl`; `python -m recipes.precision_report` reads it)."""
+        import torch
+
+        d, backend = self.cfg.debug, self.trainer.backend
+        ok = [s.trajectory.all_ids for s in scored if s.status is SampleStatus.OK][: d.precision_samples]
+        bf16 = getattr(backend, "compute_dtype", "float32") == "bfloat16"
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+        diffs = probe(self.engine.native.model, backend.model, ok, d.precision_layers, autocast)  # type: ignore[attr-defined]
+        write_probe(self.s.run.root, step, diffs)
+
     async def step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         scored, metrics = await self.generate(step)
+        if step in self.cfg.debug.precision_steps:
+            self.probe_precision(step, scored)
         t1 = time.perf_counter()
         metrics |= self.trainer.train(step, scored)
         t2 = time.perf_counter()

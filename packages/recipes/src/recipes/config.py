@@ -23,6 +23,7 @@ from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
 from trainers.backend.config import BackendConfig, OptimConfig
 from trainers.train_config import TrainLoopConfig
 
+from recipes.debug_config import DebugConfig
 from recipes.engine_config import EngineConfig, NativeEngineConfig
 from recipes.teacher import TeacherConfig, check_temperature
 
@@ -134,8 +135,12 @@ class RecipeConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
 
     def __post_init__(self) -> None:
+        if self.debug.precision_steps and self.rollout.engine.kind != "native":
+            raise ValueError(f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
+                             f"rollout.engine.kind native, got {self.rollout.engine.kind}")  # fmt: skip
         if self.algorithm.kind == "opd":
             check_temperature(self.teacher, self.rollout.temperature)
             if self.teacher.engine.kind == "vllm" and self.teacher.temperature != 1.0:

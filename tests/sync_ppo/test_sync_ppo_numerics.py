@@ -1,0 +1,41 @@
+"""bf16 rollouts in the app: a run with a bf16 engine (and bf16 trainer compute) trains and reports the mismatch
+with and without replay side by side; the precision probe runs on a real step and its report names a divergence;
+the probe is refused where it cannot run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from async_ppo.cli import parse as parse_async
+from recipes.precision_report import report
+from run_logging import read_metrics
+from sync_ppo.config import SyncConfig
+from sync_ppo.trainer import train
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_bf16_engine_run_trains_and_shows_replay_against_no_replay(
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
+) -> None:
+    run = tmp_path / "run"
+    cfg = tiny_config(run, "--run.steps", "2", "--rollout.engine.dtype", "bfloat16", "--backend.compute_dtype",
+                      "bfloat16", "--debug.precision_steps", "2", "--debug.precision_samples", "3")  # fmt: skip
+    train(cfg)
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
+    for row in rows:
+        assert row["mismatch/sample_replay/k3"] > 0 and row["mismatch/no_replay/k3"] > 0  # bf16 vs bf16-autocast
+    text = report(run, None, 1e-6)
+    assert "step_2.jsonl: 3 samples" in text and "first divergence: layer" in text
+    assert (run / "plots").is_dir()
+
+
+def test_the_precision_probe_is_refused_without_a_native_engine_and_in_async_ppo(
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
+) -> None:
+    with pytest.raises(ValueError, match=r"rollout\.engine\.kind native"):
+        tiny_config(tmp_path / "a", "--rollout.engine", "vllm", "--debug.precision_steps", "1")
+    with pytest.raises(ValueError, match="apps/sync_ppo"):
+        parse_async(["--debug.precision_steps", "1", "--run.dir", str(tmp_path / "b")])
