@@ -130,7 +130,8 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
     teacher: TeacherSet | None = None
     teacher_acc = None
     try:
-        site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"))
+        site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"),
+                          true_on_policy=cfg.numerics.true_on_policy)  # fmt: skip
         engine = await cfg.rollout.engine.build(site)
         if cfg.algorithm.kind == "opd":
             teacher = await build_teachers(cfg.teacher, s)

@@ -52,6 +52,10 @@ class EngineConfig:
     # cuts the wait short), as a slower model would take. For tests and demos that need weight pushes to land
     # mid-response on a tiny model. Results do not depend on it. 0: no wait.
     step_delay_ms: float = 0.0
+    # True on-policy mode: every position is computed alone with `moe_models.invariant_step` (no batching, no fused
+    # kernels), so the trainer's `invariant_log_probs` reproduces the sampled log-probs and routing bit for bit.
+    # fp32 only, never compiled; many times slower than the batched decode.
+    true_on_policy: bool = False
 
     def __post_init__(self) -> None:
         ints = ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch", "kernel_threads")
@@ -71,6 +75,11 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.step_delay_ms: expected a number in 0..10000, got {self.step_delay_ms!r}")
         if self.cache_dtype not in _DTYPES:
             raise ValueError(f"EngineConfig.cache_dtype: expected one of {sorted(_DTYPES)}, got {self.cache_dtype!r}")
+        if self.true_on_policy and (self.compile_decode or self.cache_dtype != "float32"):
+            raise ValueError(
+                "EngineConfig.true_on_policy: expected compile_decode False and cache_dtype float32 (the invariant "
+                f"forward is fp32 and eager), got {self.compile_decode}, {self.cache_dtype}"
+            )
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
 

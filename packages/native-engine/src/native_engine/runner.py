@@ -20,6 +20,7 @@ from routing_state import RoutingSpec
 from native_engine.burst import BurstChunk, BurstSpec, run_burst
 from native_engine.config import EngineConfig
 from native_engine.decode import CachedModel, KVCache
+from native_engine.decode.invariant_model import InvariantCachedModel
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
 from native_engine.scheduler import StepPlan
@@ -140,7 +141,10 @@ class ModelRunner:
             model.config, config.max_slots, config.max_len, dtype=config.torch_cache_dtype, device=config.device
         )
         self._lock = threading.Lock()
-        self.cached = CachedModel(self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads)
+        self.cached: CachedModel | InvariantCachedModel = (
+            InvariantCachedModel(self.model) if config.true_on_policy
+            else CachedModel(self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads)
+        )  # fmt: skip
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:
         if routed is None or self.routing_spec is None:

@@ -101,6 +101,15 @@ class ValidationConfig:
             raise ValueError("validation: expected greedy = true or samples_per_prompt >= 2, got neither")
 
 
+@dataclass
+class NumericsConfig:
+    true_on_policy: bool = _help(
+        "the engine samples and the trainer recomputes every position alone with the same ops (moe_models.invariant): "
+        "the trainer's log-probs and routing equal the rollout's bit for bit (fp32, native engine; many times slower)",
+        False,
+    )
+
+
 @dataclass(frozen=True)
 class SortTaskConfig(ToyTaskConfig):
     """The toy task with the apps' defaults (digit sorting only)."""
@@ -136,8 +145,11 @@ class RecipeConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    numerics: NumericsConfig = field(default_factory=NumericsConfig)
 
     def __post_init__(self) -> None:
+        if self.numerics.true_on_policy:
+            self._check_true_on_policy()
         if self.debug.precision_steps and self.rollout.engine.kind != "native":
             raise ValueError(f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
                              f"rollout.engine.kind native, got {self.rollout.engine.kind}")  # fmt: skip
@@ -150,3 +162,18 @@ class RecipeConfig:
                 )
             if isinstance(self.algorithm, OPDConfig) and self.algorithm.loss == "topk_fkl" and self.teacher.top_k == 0:
                 raise ValueError("algorithm.loss topk_fkl: expected teacher.top_k > 0 (the ids it distills), got 0")
+
+    def _check_true_on_policy(self) -> None:
+        engine = self.rollout.engine
+        got = (engine.kind, getattr(engine, "dtype", None), getattr(engine, "compile_decode", None))
+        if got != ("native", "float32", False):
+            raise ValueError(
+                "numerics.true_on_policy: expected rollout.engine native with dtype float32 and compile_decode false "
+                f"(the engine samples with the invariant fp32 forward), got kind, dtype, compile_decode = {got}"
+            )
+        if self.backend.compute_dtype != "float32":
+            raise ValueError(f"numerics.true_on_policy: expected backend.compute_dtype float32, got "
+                             f"{self.backend.compute_dtype}")  # fmt: skip
+        if self.algorithm.kind == "opd" and self.teacher.top_k > 0:
+            raise ValueError("numerics.true_on_policy: the invariant forward does not score a teacher's top-k ids; "
+                             f"expected teacher.top_k 0 with algorithm.kind opd, got {self.teacher.top_k}")  # fmt: skip

@@ -19,13 +19,14 @@ def _help(text: str, default: object) -> object:
 class EngineSite:
     """Where and what an engine serves: the base checkpoint (an HF folder), the context every call must fit
     (longest prompt + response budget), its sampling seed, a working directory of its own (logs, pushed weights)
-    and its index among the run's engines (rollouter id)."""
+    and its index among the run's engines (rollouter id); `true_on_policy`: `numerics.true_on_policy`."""
 
     checkpoint_dir: str
     max_len: int
     seed: int
     work_dir: str
     index: int = 0
+    true_on_policy: bool = False  # numerics.true_on_policy: sample with the invariant forward (native only)
 
 
 @dataclass

@@ -46,7 +46,8 @@ class PolicyTrainer:
         reference = load_pretrained(checkpoint_dir) if algorithm.needs_reference else None
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.ppo_epochs  # optimiser steps of the run
         backend = cfg.backend.build(load_pretrained(checkpoint_dir), cfg.optim, temperature=cfg.rollout.temperature,
-                                    reference=reference, total_steps=total)  # fmt: skip
+                                    reference=reference, total_steps=total,
+                                    true_on_policy=cfg.numerics.true_on_policy)  # fmt: skip
         engine_dtype = getattr(cfg.rollout.engine, "dtype", "float32")  # sglang: its servers' own
         return cls(backend, algorithm, cfg.train, pad_token_id=pad_token_id, seed=cfg.run.seed, run=run,
                    weight_dtype=getattr(torch, engine_dtype))  # fmt: skip

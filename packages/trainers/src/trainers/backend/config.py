@@ -82,14 +82,15 @@ class TorchBackendConfig:
     def build(
         self, model: MoEForCausalLM, optim: OptimConfig, *, temperature: float,
         reference: MoEForCausalLM | None = None, data_parallel: DataParallel | None = None,
-        total_steps: int | None = None,
+        total_steps: int | None = None, true_on_policy: bool = False,
     ) -> TrainingBackend:  # fmt: skip
-        """`total_steps`: the run's optimiser steps (the cosine schedule's horizon)."""
+        """`total_steps`: the run's optimiser steps (the cosine schedule's horizon); `true_on_policy`: the forward
+        is the engine's invariant one (`numerics.true_on_policy`)."""
         from trainers.backend.torch_backend import TorchBackend
 
         return TorchBackend(model, optim, temperature=temperature, device=self.device, reference=reference,
                             data_parallel=data_parallel, total_steps=total_steps,
-                            compute_dtype=self.compute_dtype)  # fmt: skip
+                            compute_dtype=self.compute_dtype, true_on_policy=true_on_policy)  # fmt: skip
 
 
 BackendConfig = TorchBackendConfig

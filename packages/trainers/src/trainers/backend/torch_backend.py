@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 from moe_models import MoEForCausalLM, RouterReplay
+from moe_models.invariant import invariant_log_probs
 
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
@@ -38,7 +39,7 @@ class TorchBackend(OptimisedModule):
     def __init__(self, model: MoEForCausalLM, optim: OptimConfig | None = None, *, temperature: float = 1.0,
                  device: str = "auto", reference: MoEForCausalLM | None = None, version: int = 0,
                  data_parallel: DataParallel | None = None, total_steps: int | None = None,
-                 compute_dtype: str = "float32") -> None:  # fmt: skip
+                 compute_dtype: str = "float32", true_on_policy: bool = False) -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         self._device = resolve_device(device)
@@ -47,6 +48,10 @@ class TorchBackend(OptimisedModule):
         if compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"TorchBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
         self.compute_dtype = compute_dtype
+        if true_on_policy and (compute_dtype != "float32" or data_parallel is not None):
+            raise ValueError("TorchBackend.true_on_policy: expected fp32 compute in one process, got "
+                             f"{compute_dtype} {'with' if data_parallel else 'without'} data parallelism")  # fmt: skip
+        self.true_on_policy = true_on_policy
         self.dp = data_parallel
         self.reference = None
         if reference is not None:
@@ -74,6 +79,8 @@ class TorchBackend(OptimisedModule):
         """([b, t-1] log-probs, [b, t-1, K] log-probs of the teacher's top-k ids when `top_k` and the batch has
         them, else None)."""
         micro = micro.to(self._device)
+        if self.true_on_policy:
+            return self._invariant_forward(model, micro, top_k), None
         routing = None
         if replay:
             if micro.replay_ids is None or micro.replay_mask is None:
@@ -85,6 +92,17 @@ class TorchBackend(OptimisedModule):
             log_probs, at, _ = model.token_log_probs_at(micro.input_ids, micro.attention_mask, at_ids,
                                                         temperature=self.temperature, replay=routing)  # fmt: skip
         return log_probs.float(), None if at is None else at.float()
+
+    def _invariant_forward(self, model: MoEForCausalLM, micro: TrainBatch, top_k: bool) -> torch.Tensor:
+        """True on-policy mode: `[b, t-1]` log-probs, each sequence position by position with the engine's
+        invariant forward (bitwise its sampled log-probs; routing recomputed identically, so replay is moot)."""
+        if top_k and micro.teacher_top_ids is not None:
+            raise ValueError("true on-policy mode: teacher top-k log-probs are not computed by the invariant forward")
+        out = torch.zeros(micro.input_ids.shape[0], micro.input_ids.shape[1] - 1, device=self._device)
+        for b, length in enumerate(micro.seq_lengths.tolist()):
+            lp, _ = invariant_log_probs(model, micro.input_ids[b, :length].tolist(), self.temperature)
+            out[b, : len(lp)] = lp  # a write into a fresh tensor: autograd keeps each row's graph
+        return out
 
     @torch.no_grad()
     def log_probs(
