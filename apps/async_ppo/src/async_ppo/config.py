@@ -54,7 +54,9 @@ class FaultConfig:
     """Injected faults, for tests of the recovery paths."""
 
     rollouter_crash_after_groups: int = _help(
-        "rollouter 0's first incarnation exits (os._exit) after finishing this many groups (0: never)", 0
+        "rollouter 0's first incarnation exits (os._exit) when it has finished this many groups, before delivering "
+        "the last one (0: never)",
+        0,
     )
     push_error_at_version: int = _help("rollouter 0 raises when asked to load this weight version (0: never)", 0)
     teacher_crash_after_calls: int = _help(

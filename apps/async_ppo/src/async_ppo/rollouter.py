@@ -34,7 +34,8 @@ from async_ppo.ledger import PromptTicket
 
 @dataclass(frozen=True)
 class RollouterSpec:
-    """Everything a rollouter needs; `crash_after_groups` > 0 injects a fault (os._exit after that many groups)."""
+    """Everything a rollouter needs; `crash_after_groups` N > 0 injects a fault (os._exit when its N-th group is
+    finished, before it is delivered)."""
 
     rollouter_id: int  # the slot: its resource bundle (a replacement keeps it)
     owner_id: int  # holds its leases in the broker; unique per incarnation (a dead one's late result is refused)
@@ -134,11 +135,13 @@ class Rollouter:
         if self.teachers:
             scored = await self._distill(ticket.index, scored)
         group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, time.perf_counter() - t0)
+        if self.spec.crash_after_groups and self._groups + 1 >= self.spec.crash_after_groups:
+            # injected fault: the process dies as on a segfault or an OOM kill, holding this finished group's lease
+            # (dying after delivering it would hold none when every other group had been delivered meanwhile)
+            os._exit(17)
         await self.broker.complete.remote(group)
         self._groups += 1
         self._tokens += group.generated_tokens
-        if self.spec.crash_after_groups and self._groups >= self.spec.crash_after_groups:
-            os._exit(17)  # injected fault: the process dies as on a segfault or an OOM kill
 
     async def _distill(self, index: int, scored: list[ScoredSample]) -> list[ScoredSample]:
         """The group's ok samples with the scores of its data source's teacher (the default one when the source names
