@@ -137,7 +137,8 @@ def _lengths(run: Path, step: int) -> list[int]:
 
 
 def fit_costs(sync_run: Path) -> tuple[Costs, tuple[int, ...]]:
-    """c0, c1 by least squares of each step's generation time on (decode steps, response tokens, 1)."""
+    """c0, c1 by least squares of each step's generation time on (decode steps, response tokens, 1); the
+    intercept, spread over the step's prompts, is the prefill cost per prompt."""
     rows = [r for r in _rows(sync_run) if r["step"] > 1 and "timing/generate_s" in r]
     feats, target, lengths = [], [], []
     for r in rows:
@@ -146,10 +147,10 @@ def fit_costs(sync_run: Path) -> tuple[Costs, tuple[int, ...]]:
         feats.append([max(ls), sum(ls), 1.0])
         target.append(r["timing/generate_s"])
     (c0, c1, const), *_ = np.linalg.lstsq(np.array(feats), np.array(target), rcond=None)
-    p = len(_lengths(sync_run, 2)) // 1
+    prompts = tomllib.loads((sync_run / "config.toml").read_text())["rollout"]["prompts_per_step"]
     train = statistics.fmean(r["timing/train_s"] for r in rows)
     push = statistics.fmean(r["timing/push_s"] for r in rows)
-    return Costs(max(float(c0), 0.0), max(float(c1), 0.0), max(float(const), 0.0) / max(p, 1), train, push,
+    return Costs(max(float(c0), 0.0), max(float(c1), 0.0), max(float(const), 0.0) / prompts, train, push,
                  0.0), tuple(lengths)  # fmt: skip
 
 

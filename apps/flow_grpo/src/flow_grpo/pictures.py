@@ -41,7 +41,9 @@ def _figure(panels: list[tuple[str, np.ndarray]], path: Path) -> Path:
     for ax, (title, grid) in zip(axes[0], panels, strict=True):
         ax.imshow(grid, cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")
         ax.set_title(title, fontsize=9)
-        ax.set_yticks([c * (IMAGE_SIZE + 1) + IMAGE_SIZE / 2 for c in range(NUM_CLASSES)], [str(c) for c in range(10)])
+        ax.set_yticks(
+            [c * (IMAGE_SIZE + 1) + IMAGE_SIZE / 2 for c in range(NUM_CLASSES)], [str(c) for c in range(NUM_CLASSES)]
+        )
         ax.set_xticks([])
         ax.set_ylabel("requested class")
     fig.tight_layout()

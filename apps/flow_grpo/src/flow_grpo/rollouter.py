@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from flow_models.digits import NUM_CLASSES
 from flow_models.rewards import RewardFn
 from flow_models.sampler import sample
 from flow_models.sampler_config import SamplerConfig
@@ -21,8 +22,6 @@ from recipes.weight_sync import WeightHandle, WeightSync
 
 from flow_grpo.batch import RolloutBatch
 from flow_grpo.rewards import RewardSpec
-
-NUM_CLASSES = 10
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

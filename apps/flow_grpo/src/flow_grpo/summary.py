@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow_models.digits import NUM_CLASSES
 from run_logging import RunDir, read_metrics
 
 from flow_grpo.pictures import save_before_after, save_reward_curves
@@ -57,8 +58,8 @@ def write_plots(run: RunDir, per_class: int) -> None:
     rows = read_metrics(run.metrics)
     by_step = {int(r["step"]): r for r in rows}  # type: ignore[call-overload]
     (_, before), (_, after) = ValidationResult.load_images(folder, 0), ValidationResult.load_images(folder, steps[-1])
-    n = len(before) // 10
-    pick = [c * n + j for c in range(10) for j in range(per_class)]
+    n = len(before) // NUM_CLASSES
+    pick = [c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]
 
     def title(step: int) -> str:
         value = by_step.get(step, {}).get("val/reward/mean")

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from flow_models.digits import NUM_CLASSES
 from run_logging import Progress
 from trainers.flow.step import flow_train_step
 
@@ -102,8 +103,8 @@ class FlowGRPO:
 
 
 def _grid_images(result: ValidationResult, per_class: int) -> np.ndarray:
-    n = len(result.labels) // 10
-    rows = [c * n + j for c in range(10) for j in range(per_class)]
+    n = len(result.labels) // NUM_CLASSES
+    rows = [c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]
     return result.images[rows]
 
 

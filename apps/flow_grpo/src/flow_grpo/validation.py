@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from flow_models.classifier import DigitClassifier
+from flow_models.digits import NUM_CLASSES
 from flow_models.rewards import RewardFn, ink
 from flow_models.sampler import VelocityFn, sample
 from flow_models.sampler_config import SamplerConfig
 
 from flow_grpo.config import FlowValidationConfig
-from flow_grpo.rollouter import NUM_CLASSES
 
 
 @dataclass(frozen=True)
