@@ -17,6 +17,7 @@ from rollout_core import SamplingParams
 from run_logging import RunDir
 from trainers.algorithm import PPOConfig
 from trainers.backend import TorchBackend
+from trainers.step_runner import LocalSteps
 from trainers.train_config import TrainLoopConfig
 
 
@@ -48,8 +49,9 @@ def test_a_bf16_native_engine_samples_with_bf16_weights_and_cache_and_casts_push
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_the_policy_trainer_publishes_its_fp32_weights_in_the_engine_dtype(dtype: torch.dtype | None, tmp_path: Path):
     backend = TorchBackend(tiny_model(), device="cpu")
-    trainer = PolicyTrainer(backend, PPOConfig().build(max_new_tokens=8), TrainLoopConfig(), pad_token_id=0, seed=0,
-                            run=RunDir.create(tmp_path / "run"), weight_dtype=dtype)  # fmt: skip
+    steps = LocalSteps(backend, PPOConfig().build(max_new_tokens=8), TrainLoopConfig(), seed=0)
+    trainer = PolicyTrainer(steps, TrainLoopConfig(), pad_token_id=0, run=RunDir.create(tmp_path / "run"),
+                            weight_dtype=dtype)  # fmt: skip
     sync = LocalWeightSync()
     weights = sync.fetch(trainer.publish(sync))
     assert {v.dtype for v in weights.values()} == {dtype or torch.float32}

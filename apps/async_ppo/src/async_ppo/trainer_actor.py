@@ -53,8 +53,8 @@ class TrainerActor:
         self.trainer = PolicyTrainer.build(cfg, spec.checkpoint_dir, pad_token_id=spec.pad_token_id,
                                            max_new_tokens=spec.max_new_tokens, run=run)  # fmt: skip
         if resume_from is not None:
-            self.trainer.backend.load_state_dict(BackendState.load(resume_from))
-        model = self.trainer.backend.model  # type: ignore[attr-defined]
+            self.trainer.steps.load_state_dict(BackendState.load(resume_from))
+        model = self.trainer.steps.policy_model()
         self.probe = BehaviourProbe(model, keep=spec.keep_versions, sample_seqs=cfg.train.mismatch_sample_seqs,
                                     temperature=cfg.rollout.temperature, seed=cfg.run.seed)  # fmt: skip
         self.probe.record(model, self.trainer.version)
@@ -77,7 +77,7 @@ class TrainerActor:
         metrics = self.trainer.update(step, sb, scored)
         t2 = time.perf_counter()
         metrics |= probe.result()
-        self.probe.record(self.trainer.backend.model, self.trainer.version)  # type: ignore[attr-defined]
+        self.probe.record(self.trainer.steps.policy_model(), self.trainer.version)
         metrics |= staleness_metrics([s.trajectory for s in sb.real], policy_version)
         metrics |= {
             "staleness/excluded_groups": float(len(excluded)),
@@ -94,5 +94,5 @@ class TrainerActor:
         return self.trainer.publish(self.sync)
 
     def save(self, directory: str) -> str:
-        self.trainer.backend.state_dict().save(directory)
+        self.trainer.steps.state_dict().save(directory)
         return directory

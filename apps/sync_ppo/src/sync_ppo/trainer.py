@@ -98,11 +98,11 @@ class SyncPPO:
         (`debug/precision/step_<s>.jsonl`; `python -m recipes.precision_report` reads it)."""
         import torch
 
-        d, backend = self.cfg.debug, self.trainer.backend
+        d = self.cfg.debug
         ok = [s.trajectory.all_ids for s in scored if s.status is SampleStatus.OK][: d.precision_samples]
-        bf16 = getattr(backend, "compute_dtype", "float32") == "bfloat16"
+        bf16 = self.cfg.backend.compute_dtype == "bfloat16"
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-        diffs = probe(self.engine.native.model, backend.model, ok, d.precision_layers, autocast)  # type: ignore[attr-defined]
+        diffs = probe(self.engine.native.model, self.trainer.steps.policy_model(), ok, d.precision_layers, autocast)
         write_probe(self.s.run.root, step, diffs)
 
     async def step(self, step: int) -> dict[str, float]:
@@ -149,20 +149,20 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
 
 async def _start(loop: SyncPPO, resume: bool) -> TrainerProgress:
     """A fresh run validates the base model (step 0); a resumed one restores the latest complete checkpoint."""
-    s, backend = loop.s, loop.trainer.backend
+    s, steps = loop.s, loop.trainer.steps
     if not resume:
         metrics = await loop.validate(0)
         if loop.teacher_val_acc is not None:
             metrics["teacher/val_acc"] = loop.teacher_val_acc
         s.log.log(0, metrics)
-        return TrainerProgress(0, backend.version, loop.cfg.run.seed, metrics.get("val/greedy_acc"), 0.0)
+        return TrainerProgress(0, steps.version, loop.cfg.run.seed, metrics.get("val/greedy_acc"), 0.0)
     path = s.run.latest_checkpoint()
     if path is None:
         raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
     state, progress = load_checkpoint(path)
-    backend.load_state_dict(state)
-    if progress.engine_version != backend.version:
-        raise ValueError(f"{path}: engine version {progress.engine_version} != backend version {backend.version}")
+    steps.load_state_dict(state)
+    if progress.engine_version != steps.version:
+        raise ValueError(f"{path}: engine version {progress.engine_version} != backend version {steps.version}")
     await loop.push_weights()
     s.log.truncate_after(progress.step)
     return progress
@@ -190,7 +190,7 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
                 progress = TrainerProgress(step, loop.engine.engine.weight_version, cfg.run.seed,
                                            progress.base_val_acc, elapsed0 + time.perf_counter() - t0)  # fmt: skip
                 if loop.due(step, cfg.run.checkpoint_every):
-                    save_checkpoint(s.run, loop.trainer.backend.state_dict(), progress,
+                    save_checkpoint(s.run, loop.trainer.steps.state_dict(), progress,
                                     keep=cfg.run.keep_checkpoints)  # fmt: skip
         finally:
             bar.close()
@@ -198,6 +198,7 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
                 board.close()
     finally:
         await loop.engine.close()
+        loop.trainer.close()
         if loop.teacher is not None:
             await loop.teacher.close()
         s.close()

@@ -7,6 +7,7 @@ from torch import nn
 
 from moe_models.config import MoEConfig
 from moe_models.decoder_layer import DecoderLayer
+from moe_models.log_probs import next_token_log_probs
 from moe_models.moe import Experts, TopKRouter
 from moe_models.norm import RMSNorm
 from moe_models.output import CausalLMOutput
@@ -149,18 +150,6 @@ class MoEForCausalLM(nn.Module):
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
         `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
         (log_probs [B, T-1], at [B, T-1, K] or None, routed or None)."""
-        if not temperature > 0:
-            raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
         out = self(input_ids, attention_mask, replay=replay, capture_routing=capture_routing)
-        logits = out.logits[:, :-1].float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # [B, T-1, 1]
-        picked = logits.gather(-1, input_ids[:, 1:, None]) - norm
-        at = None
-        if at_ids is not None:
-            if tuple(at_ids.shape[:2]) != tuple(picked.shape[:2]):
-                raise ValueError(f"at_ids: expected shape [B, T-1, K] = {tuple(picked.shape[:2])} + [K], got "
-                                 f"{tuple(at_ids.shape)}")  # fmt: skip
-            at = logits.gather(-1, at_ids) - norm
-        return picked.squeeze(-1), at, out.routed_experts
+        picked, at = next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)
+        return picked, at, out.routed_experts

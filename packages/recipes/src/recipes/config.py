@@ -20,7 +20,7 @@ from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
 from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
-from trainers.backend.config import BackendConfig, OptimConfig
+from trainers.backend.config import BackendConfig, OptimConfig, TorchBackendConfig
 from trainers.train_config import TrainLoopConfig
 
 from recipes.debug_config import DebugConfig
@@ -141,7 +141,7 @@ class RecipeConfig:
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    backend: BackendConfig = field(default_factory=TorchBackendConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
@@ -150,6 +150,9 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         if self.numerics.true_on_policy:
             self._check_true_on_policy()
+        if self.debug.precision_steps and self.backend.kind != "torch":
+            raise ValueError(f"debug.precision_steps: the probe traces our model's forward op by op, so it needs "
+                             f"backend.kind torch, got {self.backend.kind}")  # fmt: skip
         if self.debug.precision_steps and self.rollout.engine.kind != "native":
             raise ValueError(f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
                              f"rollout.engine.kind native, got {self.rollout.engine.kind}")  # fmt: skip
@@ -171,6 +174,9 @@ class RecipeConfig:
                 "numerics.true_on_policy: expected rollout.engine native with dtype float32 and compile_decode false "
                 f"(the engine samples with the invariant fp32 forward), got kind, dtype, compile_decode = {got}"
             )
+        if self.backend.kind != "torch":
+            raise ValueError("numerics.true_on_policy: the trainer recomputes with our invariant forward, so it needs "
+                             f"backend.kind torch, got {self.backend.kind}")  # fmt: skip
         if self.backend.compute_dtype != "float32":
             raise ValueError(f"numerics.true_on_policy: expected backend.compute_dtype float32, got "
                              f"{self.backend.compute_dtype}")  # fmt: skip

@@ -38,6 +38,7 @@ import torch
 from trainers.aggregation import count_tokens
 from trainers.algorithm.loss_io import LossInputs, LossOutputs
 from trainers.algorithm.protocol import Algorithm
+from trainers.backend.data_parallel import DataParallel
 from trainers.backend.micro_batches import select_rows, split_by_token_budget
 from trainers.backend.mismatch import log_prob_mismatch
 from trainers.backend.protocol import PolicyRole, TrainingBackend
@@ -250,7 +251,7 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
             capture = first if epoch == 0 and i == 0 else None
             _optimizer_step(backend, algorithm, dev, mini, t, replay, metrics, capture, version + 1,
                             f"epoch {epoch}, mini-batch {i}")  # fmt: skip
-    metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0].local, replay))
+    metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0], replay, backend.data_parallel))
     backend.advance_version()
     dp = backend.data_parallel
     pg = metrics.sum_of("actor/pg_loss")
@@ -261,12 +262,17 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
 
 
 def _replay_mismatch(batch: TrainBatch, version: int, old: torch.Tensor | None, first: torch.Tensor | None,
-                     rows: list[int], replay: bool) -> dict[str, torch.Tensor]:  # fmt: skip
+                     mini: MiniBatchPlan, replay: bool,
+                     dp: DataParallel | None) -> dict[str, torch.Tensor]:  # fmt: skip
     """The rollout log-probs vs the trainer's pre-update forward: the recomputed old log-probs, else the first
-    mini-batch's own training forward (the whole batch when there is one mini-batch)."""
+    mini-batch's own training forward (the whole batch when there is one mini-batch; under data parallelism each
+    rank filled its rows, and one all-reduce gives every rank all of them)."""
     prefix = "mismatch/replay" if replay else "mismatch/train"
     same = same_version_mask(batch, version)
     if old is not None:
         return log_prob_mismatch(old, batch.rollout_log_probs, same, prefix)
     assert first is not None  # filled by the first mini-batch's forwards
+    if dp is not None:
+        first = dp.sum(first).to(first.dtype)  # rows are disjoint across ranks; the others are zeros
+    rows = mini.rows if dp is not None else mini.local
     return log_prob_mismatch(first[rows], batch.rollout_log_probs[rows], same[rows], prefix)

@@ -10,6 +10,7 @@ the step.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -27,6 +28,10 @@ class NonFiniteError(ValueError):
     def __init__(self, message: str, *, metric: str, step: int) -> None:
         super().__init__(message)
         self.metric, self.step = metric, step
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        """Picklable (rank processes send it to the driver): its fields are keyword-only."""
+        return functools.partial(NonFiniteError, metric=self.metric, step=self.step), (str(self),)
 
 
 class StepMetrics:

@@ -1,4 +1,5 @@
-"""The `optim` and `backend` sections. Standard library only (`--help` imports it); `build()` imports torch."""
+"""The `optim` and `backend` sections (`backend.kind` torch | veomni). Standard library only (`--help` imports it);
+`build()` imports torch. Where each kind runs its steps is `trainers.step_runner.build_steps`."""
 
 from __future__ import annotations
 
@@ -93,4 +94,25 @@ class TorchBackendConfig:
                             compute_dtype=self.compute_dtype, true_on_policy=true_on_policy)  # fmt: skip
 
 
-BackendConfig = TorchBackendConfig
+@dataclass
+class VeOmniBackendConfig:
+    """VeOmni's Qwen3-MoE (its generated modeling, eager ops) sharded with its FSDP2 over `ranks` processes of their
+    own (gloo on CPU, nccl on GPU); router replay through VeOmni's replay hook. Needs the `veomni` dependency group
+    (`bash scripts/test_veomni.sh` builds `.veomni-env`); the default install does not have it."""
+
+    kind: Literal["veomni"] = "veomni"
+    ranks: int = _help("training processes (FSDP2 data parallel over torch.distributed; 1: VeOmni unsharded)", 2)
+    device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
+    compute_dtype: Literal["float32", "bfloat16"] = _help(
+        "dtype of the forward and backward (bfloat16: torch autocast; weights and AdamW stay fp32)", "float32"
+    )
+    torch_threads: int = _help("torch intra-op threads per rank", 1)
+
+    def __post_init__(self) -> None:
+        for name in ("ranks", "torch_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"backend.{name}: expected an int >= 1, got {value!r}")
+
+
+BackendConfig = TorchBackendConfig | VeOmniBackendConfig

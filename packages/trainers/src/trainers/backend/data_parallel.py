@@ -69,9 +69,9 @@ def shard_model(model: MoEForCausalLM) -> None:
     fully_shard(model)
 
 
-def full_state(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
-    """The unsharded weights on every rank, CPU tensors in their own dtype (the tied lm_head alias omitted, as
-    checkpoints do)."""
+def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded weights (of ours or a Hugging Face causal LM) on every rank, CPU tensors in their own dtype
+    (the tied lm_head alias omitted, as checkpoints do)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,27 @@
+"""Next-token log-probs from a causal LM's logits: the one formula every forward (ours, VeOmni's, Megatron's) shares,
+so that backends differ only in how they compute the logits."""
+
+from __future__ import annotations
+
+import torch
+
+
+def next_token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, at_ids: torch.Tensor | None, *,
+                         temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """logits `[B, T, V]` (any float dtype; computed in float32), input_ids `[B, T]` int64 -> (`[B, T-1]` with
+    `out[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]`, and `[B, T-1, K]` log-probs of
+    `at_ids` `[B, T-1, K]` int64 at the same rows, or None without `at_ids`)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
+    shifted = logits[:, :-1].float()
+    if temperature != 1.0:
+        shifted = shifted / temperature
+    norm = torch.logsumexp(shifted, dim=-1, keepdim=True)  # [B, T-1, 1]
+    picked = shifted.gather(-1, input_ids[:, 1:, None]) - norm
+    at = None
+    if at_ids is not None:
+        if tuple(at_ids.shape[:2]) != tuple(picked.shape[:2]):
+            raise ValueError(f"at_ids: expected shape [B, T-1, K] = {tuple(picked.shape[:2])} + [K], got "
+                             f"{tuple(at_ids.shape)}")  # fmt: skip
+        at = shifted.gather(-1, at_ids) - norm
+    return picked.squeeze(-1), at

@@ -1,0 +1,3 @@
+"""The VeOmni training backend (`backend.kind veomni`): VeOmni's Qwen3-MoE, its FSDP2 sharding, its router-replay
+hook, behind the same `TrainingBackend` seam as `TorchBackend`. Importing a module here imports VeOmni, which only
+the `veomni` dependency group installs (`bash scripts/test_veomni.sh`); `trainers.backend.config` does not."""

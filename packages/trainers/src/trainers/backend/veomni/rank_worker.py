@@ -1,0 +1,135 @@
+"""The main function of one VeOmni rank process: join the process group, build the backend and the algorithm, then
+answer the driver's calls (`RankCall`) until it says `CLOSE` or its end of the pipe closes (the driver died).
+Each call is the same on every rank; the collectives inside (FSDP2's all-gathers, the step's all-reduces) pair up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import traceback
+from dataclasses import dataclass
+from enum import Enum
+from multiprocessing.connection import Connection
+
+from trainers.backend.config import VeOmniBackendConfig
+from trainers.step_runner import StepSpec
+
+
+class RankCall(Enum):
+    TRAIN = "train"  # payload: TrainBatch -> StepResult
+    EXPORT = "export"  # -> (weights, version) on rank 0, None elsewhere
+    STATE = "state"  # -> BackendState on rank 0, this rank's torch RNG state elsewhere
+    LOAD = "load"  # payload: BackendState (this rank's RNG in rng.torch) -> version
+    CLOSE = "close"
+
+
+@dataclass(frozen=True)
+class RankArgs:
+    rank: int
+    world_size: int
+    port: int  # the rendezvous port on 127.0.0.1 (rank 0 listens)
+    cfg: VeOmniBackendConfig
+    spec: StepSpec
+
+
+class RankFailure(RuntimeError):
+    """An exception on a rank that could not be sent as itself; the message carries its traceback."""
+
+
+def send(conn: Connection, obj: object) -> None:
+    """Pickles `obj` by value. `Connection.send` would use multiprocessing's pickler, for which torch registers
+    shared-memory reductions: every receiver of a tensor would then share its storage, and two ranks loading one
+    checkpoint would step the same AdamW moments and counts."""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> object:
+    return pickle.loads(conn.recv_bytes())
+
+
+def portable(exc: BaseException) -> BaseException:
+    """`exc` itself when it survives pickling (so the driver raises the same type), else a `RankFailure`."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RankFailure("".join(traceback.format_exception(exc)))
+
+
+def rank_main(args: RankArgs, conn: Connection) -> None:
+    os.environ.setdefault("VEOMNI_VERBOSITY", "WARNING")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.cfg.torch_threads)
+    try:
+        backend, algorithm = _build(args, dist)
+    except BaseException as exc:
+        send(conn, ("error", portable(exc)))
+        raise
+    send(conn, ("ok", backend.version))
+    try:
+        _serve(args, conn, backend, algorithm)
+    finally:
+        dist.destroy_process_group()
+
+
+def _build(args: RankArgs, dist: object) -> tuple[object, object]:
+    import torch
+    import transformers
+
+    from trainers.backend.data_parallel import DataParallel
+    from trainers.backend.veomni.backend import VeOmniBackend
+
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cuda = args.cfg.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(args.rank)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{args.port}",  # type: ignore[attr-defined]
+                            rank=args.rank, world_size=args.world_size)  # fmt: skip
+    device = torch.device("cuda", args.rank) if cuda else torch.device("cpu")
+    dp = DataParallel(args.rank, args.world_size, device) if args.world_size > 1 else None
+    spec = args.spec
+    torch.manual_seed(spec.seed)
+    algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
+    backend = VeOmniBackend(spec.checkpoint_dir, spec.optim, temperature=spec.temperature, data_parallel=dp,
+                            reference=algorithm.needs_reference, total_steps=spec.total_steps,
+                            compute_dtype=args.cfg.compute_dtype)  # fmt: skip
+    return backend, algorithm
+
+
+def _serve(args: RankArgs, conn: Connection, backend: object, algorithm: object) -> None:
+    from trainers.step import train_step
+
+    while True:
+        try:
+            call, payload = receive(conn)  # type: ignore[misc]
+        except EOFError:  # the driver is gone
+            return
+        if call is RankCall.CLOSE:
+            import torch.distributed as dist
+
+            dist.barrier()  # every rank is done before the group is torn down (gloo aborts a one-sided teardown)
+            send(conn, ("ok", None))
+            return
+        try:
+            if call is RankCall.TRAIN:
+                value: object = train_step(backend, algorithm, payload, args.spec.loop, seed=args.spec.seed)  # type: ignore[arg-type]
+            elif call is RankCall.EXPORT:
+                weights = backend.export_weights()  # type: ignore[attr-defined]
+                value = weights if args.rank == 0 else None
+            elif call is RankCall.STATE:
+                state = backend.state_dict()  # type: ignore[attr-defined]
+                value = state if args.rank == 0 else state.tensors["rng.torch"]
+            elif call is RankCall.LOAD:
+                backend.load_state_dict(payload)  # type: ignore[attr-defined]
+                value = backend.version  # type: ignore[attr-defined]
+            else:
+                raise ValueError(f"rank {args.rank}: got an unknown call {call!r}")
+        except Exception as exc:
+            send(conn, ("error", portable(exc)))
+            continue
+        send(conn, ("ok", value))
