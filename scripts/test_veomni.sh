@@ -20,4 +20,4 @@ echo "[test_veomni] .veomni-env ready in $(( $(date +%s) - start_s )) s"
 if [[ "${1:-}" == "--build-only" ]]; then
     exit 0
 fi
-uv run --no-sync pytest -m veomni -p no:cacheprovider tests/trainers tests/sync_ppo tests/async_ppo "$@"
+uv run --no-sync pytest -m "veomni and not gpu" -p no:cacheprovider tests/trainers tests/sync_ppo tests/async_ppo "$@"

@@ -1,8 +1,9 @@
 """The VeOmni backend computes what the torch backend computes: for the same weights and batch, the same log-probs
 (1e-5, fp32), loss and gradients, with and without router replay, at 1 rank (VeOmni unsharded) and at 2 ranks
-(VeOmni's FSDP2 over gloo). Needs the `veomni` group: `bash scripts/test_veomni.sh`.
+(VeOmni's FSDP2 over gloo), and at 1 rank on a GPU (marker `gpu`). Needs the `veomni` group:
+`bash scripts/test_veomni.sh`.
 
-Each rank runs this file as a script (`python thisfile.py rank world port checkpoint out`) and saves its results.
+Each rank runs this file as a script (`python thisfile.py rank world port checkpoint device out`) and saves its results.
 """
 
 from __future__ import annotations
@@ -70,25 +71,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_ranks(world: int, tmp_path: Path) -> list[dict[str, object]]:
+def _run_ranks(world: int, tmp_path: Path, device: str = "cpu") -> list[dict[str, object]]:
     ckpt = tmp_path / "ckpt"
     save_pretrained(tiny_model(), ckpt)
     port = _free_port()
     env = os.environ | {"VEOMNI_VERBOSITY": "WARNING"}
-    args = [str(world), str(port), str(ckpt)]
+    args = [str(world), str(port), str(ckpt), device]
     procs = [subprocess.Popen([sys.executable, __file__, str(r), *args, str(tmp_path / f"r{r}.pt")], env=env)
              for r in range(world)]  # fmt: skip
     assert [p.wait(timeout=300) for p in procs] == [0] * world
-    return [torch.load(tmp_path / f"r{r}.pt") for r in range(world)]
+    return [torch.load(tmp_path / f"r{r}.pt", map_location="cpu") for r in range(world)]
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_veomni_backend_matches_the_torch_backend(world: int, tmp_path: Path) -> None:
+def _compare(world: int, tmp_path: Path, device: str) -> None:
     torch.set_num_threads(1)
-    want = results(TorchBackend(tiny_model(), OPTIM, device="cpu"))
+    want = _to_cpu(results(TorchBackend(tiny_model(), OPTIM, device=device)))
     valid = parity_batch().response_mask.bool()
     assert not torch.allclose(want["lp_False"][valid], want["lp_True"][valid])  # replay matters on this batch
-    for got in _run_ranks(world, tmp_path):
+    for got in _run_ranks(world, tmp_path, device):
         for key in ("lp_False", "lp_True"):
             torch.testing.assert_close(got[key][valid], want[key][valid], rtol=1e-5, atol=1e-5)
         assert got["pg_loss"] == pytest.approx(want["pg_loss"], **TOL)
@@ -101,20 +101,38 @@ def test_veomni_backend_matches_the_torch_backend(world: int, tmp_path: Path) ->
             torch.testing.assert_close(got["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def _worker(rank: int, world: int, port: int, ckpt: str, out: Path) -> None:
+def _to_cpu(out: dict[str, object]) -> dict[str, object]:
+    moved = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    moved["grads"] = {n: g.cpu() for n, g in out["grads"].items()}  # type: ignore[attr-defined]
+    return moved
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_veomni_backend_matches_the_torch_backend(world: int, tmp_path: Path) -> None:
+    _compare(world, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check_veomni.sh)")
+def test_veomni_backend_on_cuda_matches_the_torch_backend_on_cuda(tmp_path: Path) -> None:
+    _compare(1, tmp_path, "cuda")
+
+
+def _worker(rank: int, world: int, port: int, ckpt: str, device: str, out: Path) -> None:
     import torch.distributed as dist
     from trainers.backend.data_parallel import DataParallel
     from trainers.backend.veomni.backend import VeOmniBackend
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         dp = DataParallel.from_process_group() if world > 1 else None
-        torch.save(results(VeOmniBackend(ckpt, OPTIM, data_parallel=dp)), out)
+        torch.save(_to_cpu(results(VeOmniBackend(ckpt, OPTIM, data_parallel=dp, device=device))), out)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    _worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], Path(sys.argv[5]))
+    _worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], Path(sys.argv[6]))

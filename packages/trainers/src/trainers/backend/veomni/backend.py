@@ -25,19 +25,19 @@ from trainers.batch import TrainBatch
 
 class VeOmniBackend(OptimisedModule):
     """Implements `trainers.backend.TrainingBackend`. `data_parallel`: this rank's place in the default process
-    group (None: one process, VeOmni's model unsharded). `reference`: also build a frozen, unsharded copy of the base
-    weights (for a KL term)."""
+    group, whose device it computes on (None: one process, VeOmni's model unsharded, on `device`). `reference`: also
+    build a frozen, unsharded copy of the base weights (for a KL term)."""
 
     def __init__(self, checkpoint_dir: str, optim: OptimConfig | None = None, *, temperature: float = 1.0,
                  data_parallel: DataParallel | None = None, reference: bool = False, total_steps: int | None = None,
-                 compute_dtype: str = "float32") -> None:  # fmt: skip
+                 compute_dtype: str = "float32", device: str = "cpu") -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"VeOmniBackend: expected temperature > 0, got {temperature}")
         if compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"VeOmniBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
         self.dp = data_parallel
         world = 1 if data_parallel is None else data_parallel.world_size
-        self._device = torch.device("cpu") if data_parallel is None else data_parallel.device
+        self._device = torch.device(device) if data_parallel is None else data_parallel.device
         init_parallel(world, self._device.type)
         model = build_model(checkpoint_dir, world).to(self._device)
         super().__init__(model.train(), optim, total_steps=total_steps)

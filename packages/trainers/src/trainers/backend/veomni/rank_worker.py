@@ -97,7 +97,7 @@ def _build(args: RankArgs, dist: object) -> tuple[object, object]:
     algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
     backend = VeOmniBackend(spec.checkpoint_dir, spec.optim, temperature=spec.temperature, data_parallel=dp,
                             reference=algorithm.needs_reference, total_steps=spec.total_steps,
-                            compute_dtype=args.cfg.compute_dtype)  # fmt: skip
+                            compute_dtype=args.cfg.compute_dtype, device=str(device))  # fmt: skip
     return backend, algorithm
 
 
