@@ -37,6 +37,8 @@ def test_the_precision_probe_is_refused_without_a_native_engine_and_in_async_ppo
 ) -> None:
     with pytest.raises(ValueError, match=r"rollout\.engine\.kind native"):
         tiny_config(tmp_path / "a", "--rollout.engine", "vllm", "--debug.precision_steps", "1")
+    with pytest.raises(ValueError, match=r"needs backend\.kind torch, got veomni"):
+        tiny_config(tmp_path / "a", "--backend.kind", "veomni", "--debug.precision_steps", "1")
     with pytest.raises(ValueError, match="apps/sync_ppo"):
         parse_async(["--debug.precision_steps", "1", "--run.dir", str(tmp_path / "b")])
 
@@ -57,6 +59,6 @@ def test_true_on_policy_mode_is_refused_where_it_cannot_be_exact(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     for flags in (["--rollout.engine.dtype", "bfloat16"], ["--rollout.engine.compile_decode", "true"],
-                  ["--backend.compute_dtype", "bfloat16"]):  # fmt: skip
+                  ["--backend.compute_dtype", "bfloat16"], ["--backend.kind", "veomni"]):  # fmt: skip
         with pytest.raises(ValueError, match=r"numerics\.true_on_policy"):
             tiny_config(tmp_path / "run", "--numerics.true_on_policy", "true", *flags)

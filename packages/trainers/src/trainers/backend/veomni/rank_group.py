@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 600.0  # importing VeOmni and building the model, per rank
 VEOMNI_VERSION, TRANSFORMERS_VERSION = "0.1.12", "5.9.0"  # the pair the `veomni` dependency group pins
 SETUP_HINT = (
-    "build its environment with `bash scripts/test_veomni.sh`, then run the app in it: "
-    "`UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-default-groups --group veomni apps/sync_ppo --backend.kind veomni`"
+    "build its environment with `bash scripts/test_veomni.sh --build-only`, then run the app in it: "
+    "`UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-sync apps/sync_ppo --backend.kind veomni`"
 )
 
 
