@@ -14,7 +14,7 @@ The lag of a trained group is the trainer's version minus the version it started
 async run's settings, and compares with the measured async/sync samples/s ratio and the measured lag histogram
 (from the async run's dumps), once with the sync run's trainer cost and once with the async run's (the trainer
 is slower next to a busy rollouter on a shared machine, which the model takes as an input, not derives).
-Projections to large clusters are not implemented yet.
+Projections to large clusters, with the same model: `benchmarks/project_scale.py` (docs/scale.md).
 
 Usage: `uv run python benchmarks/simulate_scale.py --validate runs/sync_ppo/<run> runs/async_ppo/<run>`
 """

@@ -65,6 +65,10 @@ def test_async_run_bounds_staleness_and_every_trained_response_has_versions_and_
     assert all(r["mismatch/replay/tokens"] == 0 or r["mismatch/replay/abs_diff_max"] < 1e-4 for r in train_rows)
     _assert_each_prompt_trained_once(run, 4, 4)
     assert summary.final_val_acc is not None and summary.base_val_acc is not None
+    placement = json.loads((run / "placement.json").read_text())  # one machine: every role on its one node
+    roles = [placement["trainer"], placement["broker"], placement["validator"], *placement["rollouters"].values()]
+    assert len(set(roles)) == 1
+    assert list(placement["rollouters"]) == ["0"] and placement["moves"] == []
 
 
 def test_a_crashed_rollouter_is_replaced_and_its_prompts_run_again_exactly_once(
@@ -76,6 +80,8 @@ def test_a_crashed_rollouter_is_replaced_and_its_prompts_run_again_exactly_once(
     assert rows[-1]["fault/rollouter_restarts"] == 1.0
     assert rows[-1]["fault/prompts_rerun"] >= 1.0  # it died holding leased prompts
     _assert_each_prompt_trained_once(run, 4, 4)
+    moves = json.loads((run / "placement.json").read_text())["moves"]
+    assert [(m["rollouter"], m["from"] == m["to"]) for m in moves] == [(0, True)]  # replaced on the same node
 
 
 def test_a_failing_weight_push_is_an_error_naming_the_rollouter_and_version(

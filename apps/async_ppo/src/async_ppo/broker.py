@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from recipes.ray_node import NodeAware
+
 from async_ppo.group import FinishedGroup
 from async_ppo.ledger import LedgerCounters, LedgerState, PromptLedger, PromptTicket, TicketStatus
 
@@ -33,7 +35,7 @@ class BrokerStats:
         )
 
 
-class Broker:
+class Broker(NodeAware):
     def __init__(self, prompts_per_step: int, max_staleness: int, capacity: int, served_version: int,
                  state: LedgerState | None = None) -> None:  # fmt: skip
         if capacity < prompts_per_step:

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from async_ppo.placement import Placement
 from async_ppo.rollouter import Rollouter, RollouterSpec
 
 
@@ -37,6 +38,7 @@ class _Member:
     spec: RollouterSpec
     handle: Any
     run: asyncio.Future[Any]
+    node: str  # the Ray node it runs on
 
 
 class RolloutFleet:
@@ -55,6 +57,7 @@ class RolloutFleet:
         self.weights: Any = None  # ObjectRef of the latest pushed WeightHandle (None: the base checkpoint)
         self.version = 0
         self.stopping = False
+        self.placement: Placement | None = None  # where the members run; told of every replacement
 
     async def _spawn(self, spec: RollouterSpec) -> _Member:
         handle = (
@@ -65,7 +68,8 @@ class RolloutFleet:
         except (TimeoutError, RayActorError, ray.exceptions.RayTaskError) as exc:
             raise PipelineError(f"rollouter {spec.rollouter_id}: start at weight version {self.version} failed: "
                                 f"{cause(exc)}") from exc  # fmt: skip
-        return _Member(spec, handle, asyncio.ensure_future(handle.run.remote()))
+        node = await handle.node_id.remote()
+        return _Member(spec, handle, asyncio.ensure_future(handle.run.remote()), node)
 
     async def start(self, weights: Any, version: int) -> None:
         self.weights, self.version = weights, version
@@ -84,6 +88,8 @@ class RolloutFleet:
         spec = dataclasses.replace(member.spec, owner_id=len(self.specs) * (self.restarts + 1) + rid,
                                    crash_after_groups=0)  # fmt: skip
         self.members[rid] = await self._spawn(spec)
+        if self.placement is not None:
+            self.placement.rollouter_started(rid, self.members[rid].node, self.version)
 
     async def _check_runs(self) -> None:
         for member in list(self.members.values()):

@@ -37,6 +37,7 @@ from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
 from async_ppo.fleet import PipelineError, RolloutFleet, cause
 from async_ppo.ledger import LedgerState
+from async_ppo.placement import Placement
 from async_ppo.setup import rollouter_specs, trainer_spec
 from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots
@@ -101,7 +102,7 @@ class Pipeline:
             p.prompts_per_step, cfg.pipeline.max_staleness, (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
             version, loaded.ledger if loaded else None,
         )  # fmt: skip
-        self.validator = ray.remote(Validator).options(**RaySession.light_options()).remote(
+        self.validator = ray.remote(Validator).options(**self.session.validator_options()).remote(
             s.checkpoint_dir, cfg.task, cfg.validation, str(s.run.root), max_len=s.max_len,
             max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, reward_timeout_s=cfg.rollout.reward_timeout_s,
             niceness=cfg.ray.helper_niceness,
@@ -111,12 +112,23 @@ class Pipeline:
                                   max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s,
                                   teachers=None if self.teachers is None else self.teachers.replicas())  # fmt: skip
         weights = self.trainer.publish.remote() if loaded else None
+        roles = [a.node_id.remote() for a in (self.trainer, self.broker, self.validator)]
         await self.fleet.start(weights, version)
+        await self._record_placement(roles)
         if loaded:
             self.base_val_acc = loaded.progress.base_val_acc
             return loaded.progress
         self._validate(0, None)
         return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
+
+    async def _record_placement(self, roles: list[Any]) -> None:
+        """`placement.json`: the node of every role; the fleet adds each rollouter's later moves."""
+        trainer, broker, validator = [await ref for ref in roles]
+        placement = Placement(self.setup.run.root, trainer, broker, validator)
+        for rid, member in sorted(self.fleet.members.items()):
+            placement.rollouters[rid] = member.node
+        placement.write()
+        self.fleet.placement = placement
 
     def _start_teachers(self) -> TeacherPool | None:
         """Distillation: the teacher pool, in a placement group of its own (the teachers were checked by `_run`)."""

@@ -21,6 +21,7 @@ from moe_models import load_tokenizer
 from recipes.config import RolloutConfig, TaskConfig
 from recipes.engine_config import EngineSite
 from recipes.engines.protocol import PauseMode, RolloutEngine
+from recipes.ray_node import NodeAware
 from recipes.requests import GroupSpec, group_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import SampleStatus, ScoredSample
@@ -59,7 +60,7 @@ class RollouterStats:
     weight_version: int
 
 
-class Rollouter:
+class Rollouter(NodeAware):
     def __init__(self, spec: RollouterSpec, broker: Any, teachers: Mapping[str, tuple[Any, ...]] | None = None) -> None:
         """`broker`: a Ray actor handle of `Broker` (or, in-process, any object whose methods return awaitables
         through `.remote`); `teachers`: the distillation teachers' replicas by roster key

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from recipes.config import RecipeConfig
 from recipes.policy_trainer import PolicyTrainer
+from recipes.ray_node import NodeAware
 from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
 from trainers.backend import BackendState
@@ -44,7 +45,7 @@ class TrainOutcome:
     version: int
 
 
-class TrainerActor:
+class TrainerActor(NodeAware):
     def __init__(self, spec: TrainerSpec, resume_from: str | None = None) -> None:
         cfg = spec.cfg
         torch.set_num_threads(cfg.run.torch_threads)

@@ -16,6 +16,7 @@ from moe_models import load_tokenizer
 from native_engine import EngineConfig, NativeEngine
 from recipes.config import TaskConfig, ValidationConfig
 from recipes.dumps import write_step_dump
+from recipes.ray_node import NodeAware
 from recipes.validation import validate
 from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
@@ -24,7 +25,7 @@ from trainers.dumps import DumpKind
 VALIDATOR_SLOTS = 256
 
 
-class Validator:
+class Validator(NodeAware):
     def __init__(self, checkpoint_dir: str, task: TaskConfig, cfg: ValidationConfig, run_dir: str, *, max_len: int,
                  max_new_tokens: int, seed: int, reward_timeout_s: float, torch_threads: int = 1,
                  niceness: int = 0) -> None:  # fmt: skip

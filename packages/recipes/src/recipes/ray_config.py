@@ -4,6 +4,7 @@ Standard library only (`--help` imports it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 def _help(text: str, default: object) -> object:
@@ -41,6 +42,20 @@ class RayConfig:
     )
     rollouter_gpus: float = _help("GPUs reserved per rollouter", 0.0)
     trainer_gpus: float = _help("GPUs reserved for the trainer", 0.0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = _help(
+        "how the placement group lays the trainer's and the rollouters' bundles over nodes (Ray's strategies; PACK: "
+        "as few nodes as possible)",
+        "PACK",
+    )
+    trainer_resource: str = _help(
+        "a custom Ray resource the trainer's bundle reserves 1 unit of (a node label such as trainer_node, given to "
+        "`ray start --resources`); empty: none",
+        "",
+    )
+    rollouter_resource: str = _help("a custom Ray resource each rollouter's bundle reserves 1 unit of; empty: none", "")
+    validator_resource: str = _help(
+        "a custom Ray resource the validator reserves 1 unit of; empty: it runs on the driver's node", ""
+    )
     startup_timeout_s: float = _help("seconds to wait for the resources (placement group) before failing", 60.0)
     call_timeout_s: float = _help("seconds a weight push or checkpoint call may take before it is an error", 300.0)
     stall_timeout_s: float = _help("seconds without a complete group before the trainer gives up with an error", 600.0)
@@ -53,6 +68,11 @@ class RayConfig:
             )
         if min(self.rollouter_cpus, self.trainer_cpus, self.rollouter_gpus, self.trainer_gpus) < 0:
             raise ValueError("ray: expected non-negative CPU and GPU reservations")
+        for name in ("trainer_resource", "rollouter_resource", "validator_resource"):
+            value = getattr(self, name)
+            if value != value.strip() or any(c.isspace() for c in value) or value in ("CPU", "GPU", "memory"):
+                raise ValueError(f"ray.{name}: expected the name of a custom resource (no spaces, not CPU, GPU or "
+                                 f"memory) or empty, got {value!r}")  # fmt: skip
         if self.node_startup_timeout_s < 30:
             raise ValueError(
                 f"ray.node_startup_timeout_s: expected >= 30 (Ray waits at least 30 s for its raylet), got "

@@ -38,7 +38,7 @@ import ray
 from ray._private import ray_constants
 from ray._raylet import Config as RayCppConfig
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from recipes.ray_config import RayConfig
 
@@ -48,10 +48,12 @@ STARTUP_TIMEOUT_MESSAGES = ("timed out during startup", "Timed out waiting for f
 EXIT_WAIT_S = 5.0  # how long a session process may take to exit after SIGTERM (then SIGKILL)
 
 
-def _bundle(cpus: float, gpus: float) -> dict[str, float]:
+def _bundle(cpus: float, gpus: float, resource: str = "") -> dict[str, float]:
     out = {"CPU": cpus}
     if gpus > 0:
         out["GPU"] = gpus
+    if resource:
+        out[resource] = 1.0
     return out
 
 
@@ -252,9 +254,10 @@ class RaySession:
                 reserved = cfg.trainer_cpus + cfg.num_rollouters * cfg.rollouter_cpus + extra_cpus
                 num_cpus = max(os.cpu_count() or 1, math.ceil(reserved)) if extra_cpus > 0 else None
                 local = LocalRay.start(cfg, num_cpus=num_cpus, app=app)
-        bundles = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus)]
-        bundles += [_bundle(cfg.rollouter_cpus, cfg.rollouter_gpus) for _ in range(cfg.num_rollouters)]
-        group = placement_group(bundles, strategy="PACK")
+        bundles = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus, cfg.trainer_resource)]
+        bundles += [_bundle(cfg.rollouter_cpus, cfg.rollouter_gpus, cfg.rollouter_resource)
+                    for _ in range(cfg.num_rollouters)]  # fmt: skip
+        group = placement_group(bundles, strategy=cfg.placement_strategy)
         try:
             ray.get(group.ready(), timeout=cfg.startup_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -264,7 +267,8 @@ class RaySession:
             raise RuntimeError(
                 f"Ray could not reserve {bundles} (trainer, then one bundle per rollouter) within "
                 f"{cfg.startup_timeout_s:.0f} s; the cluster has {have}."
-                " Lower ray.rollouter_cpus / ray.trainer_cpus / ray.num_rollouters or add nodes"
+                " Lower ray.rollouter_cpus / ray.trainer_cpus / ray.num_rollouters, add nodes, or check"
+                f" ray.placement_strategy ({cfg.placement_strategy}) and the custom resources"
             ) from None
         return cls(cfg, group, started_here, local)
 
@@ -280,8 +284,16 @@ class RaySession:
 
     @staticmethod
     def light_options() -> dict[str, Any]:
-        """The broker and the validator: no reserved CPU (they wait most of the time)."""
-        return {"num_cpus": 0, "max_restarts": 0}
+        """An actor that waits most of the time (the broker): no reserved CPU, on the driver's node (it lives and
+        dies with the driver, never with a worker node)."""
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        return {"num_cpus": 0, "max_restarts": 0, "scheduling_strategy": here}
+
+    def validator_options(self) -> dict[str, Any]:
+        """No reserved CPU; on a node with `ray.validator_resource` when it is set, else on the driver's node."""
+        if not self.cfg.validator_resource:
+            return self.light_options()
+        return {"num_cpus": 0, "max_restarts": 0, "resources": {self.cfg.validator_resource: 1.0}}
 
     @staticmethod
     def _end(started_here: bool, local: LocalRay | None) -> None:
