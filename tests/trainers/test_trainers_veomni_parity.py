@@ -58,7 +58,7 @@ def results(backend: object) -> dict[str, object]:
     m = train_step(backend, PPOConfig().build(max_new_tokens=MAX_NEW), batch,  # type: ignore[arg-type]
                    TrainLoopConfig(router_replay=True, **LOOP)).metrics  # fmt: skip
     out["pg_loss"], out["grad_norm"] = m["actor/pg_loss"], m["actor/grad_norm"]
-    out["mismatch"] = {k: v for k, v in m.items() if k.startswith("mismatch/")}
+    out["mismatch"] = {k: v for k, v in m.items() if k.startswith(("mismatch/", "actor/"))}
     model = backend.model  # type: ignore[attr-defined]
     out["grads"] = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
                     for n, p in model.named_parameters()}  # fmt: skip

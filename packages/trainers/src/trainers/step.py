@@ -253,10 +253,8 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
                             f"epoch {epoch}, mini-batch {i}")  # fmt: skip
     metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0], replay, backend.data_parallel))
     backend.advance_version()
-    dp = backend.data_parallel
-    pg = metrics.sum_of("actor/pg_loss")
-    if dp is not None and pg is not None:
-        metrics.set_sum("actor/pg_loss", dp.sum(pg))  # each rank holds its share of the sum
+    if backend.data_parallel is not None:
+        metrics.reduce_over(backend.data_parallel)  # each rank holds its rows' share of every loss metric
     metrics.add({"actor/lr": backend.learning_rate, "actor/loss_tokens": count_tokens(batch.response_mask)})
     return StepResult(metrics.result(step=version + 1), per_sample)
 

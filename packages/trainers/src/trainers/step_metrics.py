@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import torch
 
 from trainers.algorithm.loss_io import LossOutputs
+from trainers.backend.data_parallel import DataParallel
 
 MISMATCH_TOKENS = "/tokens"
 
@@ -69,11 +70,26 @@ class StepMetrics:
         """Step-level values (already final: mismatch, advantages, learning rate, ...)."""
         self._values.update(values)
 
-    def sum_of(self, key: str) -> torch.Tensor | None:
-        return self._sums.get(key)
-
-    def set_sum(self, key: str, value: torch.Tensor) -> None:
-        self._sums[key] = value
+    def reduce_over(self, dp: DataParallel) -> None:
+        """Under data parallelism each rank accumulated its own rows' micro-batches: combine them, so that every
+        rank's result covers the whole batch. Token-weighted means and sums add over ranks (a loss sum is each
+        rank's share of `sum / global count`), maxima take the largest; step-level values, counts and grad norms
+        are already global. A key some rank never saw (no loss token in its share) counts as empty there."""
+        weighted = dp.union(list(self._weighted))
+        sums, maxima = dp.union(list(self._sums)), dp.union(list(self._maxima))
+        zero = torch.zeros((), dtype=torch.float64)
+        packed = torch.stack([self._weighted.get(k, zero).detach().double().cpu() for k in weighted]
+                             + [torch.tensor(self._weights.get(k, 0.0), dtype=torch.float64) for k in weighted]
+                             + [self._sums.get(k, zero).detach().double().cpu() for k in sums])  # fmt: skip
+        total = dp.sum(packed).cpu() if packed.numel() else packed
+        n = len(weighted)
+        self._weighted = {k: total[i] for i, k in enumerate(weighted) if float(total[n + i]) > 0}
+        self._weights = {k: float(total[n + i]) for i, k in enumerate(weighted) if float(total[n + i]) > 0}
+        self._sums = {k: total[2 * n + i] for i, k in enumerate(sums)}
+        if maxima:
+            low = torch.tensor(float("-inf"), dtype=torch.float64)
+            top = dp.max_of(torch.stack([self._maxima.get(k, low).detach().double().cpu() for k in maxima])).cpu()
+            self._maxima = dict(zip(maxima, top, strict=True))
 
     def result(self, *, step: int) -> dict[str, float]:
         """Every metric as a float, with one transfer to the host. A mismatch prefix that compared no token keeps

@@ -53,6 +53,18 @@ class DataParallel:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
+    def max_of(self, values: torch.Tensor) -> torch.Tensor:
+        """The element-wise maximum over ranks of `values` (any shape, float64), on this group's device."""
+        t = values.to(self.device, torch.float64, copy=True)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t
+
+    def union(self, names: Sequence[str]) -> list[str]:
+        """The sorted union over ranks of each rank's `names` (one all-gather of Python objects)."""
+        gathered: list[list[str] | None] = [None] * self.world_size
+        dist.all_gather_object(gathered, sorted(names))
+        return sorted({n for part in gathered for n in part or []})
+
     def max(self, values: Sequence[int]) -> list[int]:
         """The element-wise maximum over ranks of a list of ints (one collective)."""
         t = torch.tensor(list(values), dtype=torch.int64, device=self.device)
