@@ -143,7 +143,10 @@ class RankGroup:
             self._model = load_pretrained(self.spec.checkpoint_dir)
         if self._model_version != self._version:
             weights, self._model_version = self.export_weights()
-            self._model.load_state_dict(weights, strict=False)  # a tied lm_head is not exported
+            missing, unexpected = self._model.load_state_dict(weights, strict=False)
+            if unexpected or set(missing) - {"lm_head.weight"}:  # only a tied lm_head is not exported
+                raise ValueError(f"RankGroup.policy_model: the ranks' weights do not fit our model: missing "
+                                 f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")  # fmt: skip
         return self._model
 
     def state_dict(self) -> BackendState:
