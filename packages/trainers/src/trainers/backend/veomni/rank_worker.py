@@ -12,9 +12,14 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from trainers.backend.config import VeOmniBackendConfig
 from trainers.step_runner import StepSpec
+
+if TYPE_CHECKING:
+    from trainers.algorithm import Algorithm
+    from trainers.backend.veomni.backend import VeOmniBackend
 
 
 class RankCall(Enum):
@@ -65,7 +70,7 @@ def rank_main(args: RankArgs, conn: Connection) -> None:
 
     torch.set_num_threads(args.cfg.torch_threads)
     try:
-        backend, algorithm = _build(args, dist)
+        backend, algorithm = _build(args)
     except BaseException as exc:
         send(conn, ("error", portable(exc)))
         raise
@@ -76,8 +81,9 @@ def rank_main(args: RankArgs, conn: Connection) -> None:
         dist.destroy_process_group()
 
 
-def _build(args: RankArgs, dist: object) -> tuple[object, object]:
+def _build(args: RankArgs) -> tuple[VeOmniBackend, Algorithm]:
     import torch
+    import torch.distributed as dist
     import transformers
 
     from trainers.backend.data_parallel import DataParallel
@@ -88,7 +94,7 @@ def _build(args: RankArgs, dist: object) -> tuple[object, object]:
     cuda = args.cfg.device == "cuda"
     if cuda:
         torch.cuda.set_device(args.rank)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{args.port}",  # type: ignore[attr-defined]
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{args.port}",
                             rank=args.rank, world_size=args.world_size)  # fmt: skip
     device = torch.device("cuda", args.rank) if cuda else torch.device("cpu")
     dp = DataParallel(args.rank, args.world_size, device) if args.world_size > 1 else None
@@ -101,7 +107,7 @@ def _build(args: RankArgs, dist: object) -> tuple[object, object]:
     return backend, algorithm
 
 
-def _serve(args: RankArgs, conn: Connection, backend: object, algorithm: object) -> None:
+def _serve(args: RankArgs, conn: Connection, backend: VeOmniBackend, algorithm: Algorithm) -> None:
     from trainers.step import train_step
 
     while True:
@@ -117,16 +123,16 @@ def _serve(args: RankArgs, conn: Connection, backend: object, algorithm: object)
             return
         try:
             if call is RankCall.TRAIN:
-                value: object = train_step(backend, algorithm, payload, args.spec.loop, seed=args.spec.seed)  # type: ignore[arg-type]
+                value: object = train_step(backend, algorithm, payload, args.spec.loop, seed=args.spec.seed)
             elif call is RankCall.EXPORT:
-                weights = backend.export_weights()  # type: ignore[attr-defined]
+                weights = backend.export_weights()
                 value = weights if args.rank == 0 else None
             elif call is RankCall.STATE:
-                state = backend.state_dict()  # type: ignore[attr-defined]
+                state = backend.state_dict()
                 value = state if args.rank == 0 else state.tensors["rng.torch"]
             elif call is RankCall.LOAD:
-                backend.load_state_dict(payload)  # type: ignore[attr-defined]
-                value = backend.version  # type: ignore[attr-defined]
+                backend.load_state_dict(payload)
+                value = backend.version
             else:
                 raise ValueError(f"rank {args.rank}: got an unknown call {call!r}")
         except Exception as exc:
