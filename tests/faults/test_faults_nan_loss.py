@@ -12,10 +12,10 @@ import pytest
 import torch
 from faults_apps import app_flags, resume_flags
 from faults_tally import FaultTally
-from recipes import policy_trainer
 from run_logging import RunDir, read_metrics
 from sync_ppo.cli import parse
 from sync_ppo.trainer import train
+from trainers import step_runner
 from trainers.algorithm import Algorithm, LossInputs, LossOutputs
 from trainers.backend import TrainingBackend
 from trainers.step_metrics import NonFiniteError
@@ -46,7 +46,7 @@ def _snapshot(backend: TrainingBackend) -> dict[str, torch.Tensor]:
 def test_a_nan_loss_stops_the_run_naming_the_step_with_the_weights_untouched_and_resume_continues(
     tmp_path: Path, warmup_cache: Path, monkeypatch: pytest.MonkeyPatch, tally: FaultTally
 ) -> None:
-    real_step = policy_trainer.train_step
+    real_step = step_runner.train_step
     seen: dict[str, object] = {}
 
     def faulty_step(backend: TrainingBackend, algorithm: Algorithm, *args: object, **kw: object) -> object:
@@ -55,7 +55,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_with_the_weights_untouched_and
             algorithm = NaNLoss(algorithm)  # type: ignore[assignment]
         return real_step(backend, algorithm, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(policy_trainer, "train_step", faulty_step)
+    monkeypatch.setattr(step_runner, "train_step", faulty_step)  # where LocalSteps runs the step
     run = tmp_path / "run"
     cfg, _ = parse(app_flags(run, warmup_cache, "--run.steps", "4", "--run.checkpoint_every", "1"))
     with pytest.raises(NonFiniteError) as err:
