@@ -75,8 +75,9 @@ class StepMetrics:
         rank's result covers the whole batch. Token-weighted means and sums add over ranks (a loss sum is each
         rank's share of `sum / global count`), maxima take the largest; step-level values, counts and grad norms
         are already global. A key some rank never saw (no loss token in its share) counts as empty there."""
-        weighted = dp.union(list(self._weighted))
-        sums, maxima = dp.union(list(self._sums)), dp.union(list(self._maxima))
+        kinds = {"mean": self._weighted, "sum": self._sums, "max": self._maxima}
+        every = dp.union([f"{kind}:{key}" for kind, part in kinds.items() for key in part])  # one collective
+        weighted, sums, maxima = ([n.split(":", 1)[1] for n in every if n.startswith(f"{kind}:")] for kind in kinds)
         zero = torch.zeros((), dtype=torch.float64)
         packed = torch.stack([self._weighted.get(k, zero).detach().double().cpu() for k in weighted]
                              + [torch.tensor(self._weights.get(k, 0.0), dtype=torch.float64) for k in weighted]

@@ -68,6 +68,7 @@ class RankGroup:
         self._version = version
         self._model: MoEForCausalLM | None = None
         self._model_version = -1
+        self._exported: tuple[dict[str, torch.Tensor], int] | None = None
 
     @classmethod
     def start(cls, cfg: VeOmniBackendConfig, spec: StepSpec) -> RankGroup:
@@ -132,8 +133,12 @@ class RankGroup:
         return result
 
     def export_weights(self) -> tuple[dict[str, torch.Tensor], int]:
-        weights, version = self._call(RankCall.EXPORT)[0]  # type: ignore[misc]
-        return weights, version
+        """The ranks' full weights, gathered once per version (the behaviour probe's copy and a weight push of the
+        same version share one gather; callers must not modify the tensors)."""
+        if self._exported is None or self._exported[1] != self._version:
+            weights, version = self._call(RankCall.EXPORT)[0]  # type: ignore[misc]
+            self._exported = (weights, version)
+        return self._exported
 
     def policy_model(self) -> MoEForCausalLM:
         """Our model with the ranks' current weights (a copy, refreshed when the version moved)."""
@@ -166,7 +171,7 @@ class RankGroup:
             tensors[RNG_KEY] = state.tensors.get(_rank_rng_key(rank), state.tensors[RNG_KEY])
             payloads.append(BackendState(tensors, state.version, state.optimizer_groups, state.optimizer_param_names))
         self._version = int(self._call(RankCall.LOAD, payloads)[0])  # type: ignore[arg-type]
-        self._model_version = -1
+        self._model_version, self._exported = -1, None
 
     def close(self) -> None:
         for conn in self.conns:
