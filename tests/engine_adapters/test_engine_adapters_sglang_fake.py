@@ -61,6 +61,7 @@ def test_generate_request_carries_sglang_fields(fake: FakeSGLangServer) -> None:
     assert body["routed_experts_start_len"] == 3 and body["stream"] is False
     sp = body["sampling_params"]
     assert sp["max_new_tokens"] == 5 and sp["sampling_seed"] == 7 and sp["top_k"] == -1 and sp["no_stop_trim"]
+    assert sp["ignore_eos"] is False
 
 
 def test_full_length_routing_loses_its_last_row(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ class NativeEngine:
             prompt_ids=[int(t) for t in prompt_ids],
             params=params,
             seed=seed,
-            stop_ids=self._eos_ids | frozenset(params.stop_token_ids),
+            stop_ids=(frozenset() if params.ignore_eos else self._eos_ids) | frozenset(params.stop_token_ids),
             future=loop.create_future(),
             want_rows=params.return_routed_experts and self.routing_spec is not None,
         )

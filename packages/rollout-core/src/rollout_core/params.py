@@ -13,7 +13,8 @@ class SamplingParams:
     `temperature == 0` is greedy. `top_k == 0` and `top_p == 1.0` disable those filters. Log-probs returned by
     an engine are under the temperature-scaled distribution `softmax(logits / temperature)` (raw logits when
     greedy), which is what the trainer computes. A generated token listed in `stop_token_ids` ends the call
-    and is included in the output. `routed_experts_start` asks the engine to return routing rows only for input
+    and is included in the output, as does the model's end-of-sequence token unless `ignore_eos` (vLLM's and
+    SGLang's key of that name: generation runs on past it, to `max_new_tokens` or a stop token). `routed_experts_start` asks the engine to return routing rows only for input
     positions `>= routed_experts_start` (vLLM's `routed_experts_prompt_start`).
     """
 
@@ -23,6 +24,7 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
     return_routed_experts: bool = True
     routed_experts_start: int = 0
 
@@ -35,6 +37,8 @@ class SamplingParams:
             raise ValueError(f"top_p: expected in (0, 1], got {self.top_p!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k: expected an int >= 0 (0 = off), got {self.top_k!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos: expected a bool, got {self.ignore_eos!r}")
         if self.routed_experts_start < 0:
             raise ValueError(f"routed_experts_start: expected >= 0, got {self.routed_experts_start}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))

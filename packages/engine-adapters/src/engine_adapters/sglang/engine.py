@@ -110,6 +110,7 @@ class SGLangEngine:
             "top_p": params.top_p,
             "top_k": params.top_k if params.top_k > 0 else -1,  # SGLang: -1 is the whole vocabulary
             "stop_token_ids": list(params.stop_token_ids),
+            "ignore_eos": params.ignore_eos,
             "no_stop_trim": True,  # keep a matched stop token in output_ids
             "skip_special_tokens": False,
         }

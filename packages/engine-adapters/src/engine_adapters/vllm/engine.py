@@ -150,6 +150,7 @@ class VLLMEngine:
             "top_p": params.top_p,
             "top_k": params.top_k,
             "stop_token_ids": list(params.stop_token_ids),
+            "ignore_eos": params.ignore_eos,
             "logprobs": 0,  # the sampled token's log-prob only
             "detokenize": False,
         }

@@ -187,7 +187,7 @@ class ScriptedEngine:
             tokens.append(tok)
             log_probs.append(-(v + 1) - (tok % 10) / 10)
             versions.append(v)
-            if tok == self.eos_token_id or tok in params.stop_token_ids:
+            if (tok == self.eos_token_id and not params.ignore_eos) or tok in params.stop_token_ids:
                 reason = StopReason.STOP
                 break
         run.record.num_tokens, run.record.stop_reason = len(tokens), reason
