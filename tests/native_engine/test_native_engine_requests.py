@@ -141,14 +141,17 @@ def test_native_engine_stops_on_the_model_eos_token_by_default():
 
 def test_native_engine_ignore_eos_generates_past_the_eos_token_but_still_stops_on_stop_tokens():
     params = SamplingParams(max_new_tokens=10, temperature=0.0)
-    free = asyncio.run(NativeEngine(tiny_model(0), max_slots=2, max_len=64, eos_token_ids=()).generate("p", [5, 6, 7], params))
+    probe = NativeEngine(tiny_model(0), max_slots=2, max_len=64, eos_token_ids=())
+    free = asyncio.run(probe.generate("p", [5, 6, 7], params))
     eos = free.token_ids[2]
     engine = NativeEngine(tiny_model(0, eos_token_id=eos), max_slots=2, max_len=64)
     on = asyncio.run(engine.generate("e", [5, 6, 7], params.replace(ignore_eos=True)))
     assert on.stop_reason == StopReason.LENGTH and on.token_ids == free.token_ids
     stop_at = free.token_ids[6]
-    stopped = asyncio.run(engine.generate("s", [5, 6, 7], params.replace(ignore_eos=True, stop_token_ids=(stop_at,))))
-    assert stopped.stop_reason == StopReason.STOP and stopped.token_ids == free.token_ids[: free.token_ids.index(stop_at) + 1]
+    both = params.replace(ignore_eos=True, stop_token_ids=(stop_at,))
+    stopped = asyncio.run(engine.generate("s", [5, 6, 7], both))
+    first = free.token_ids.index(stop_at)
+    assert stopped.stop_reason == StopReason.STOP and stopped.token_ids == free.token_ids[: first + 1]
 
 
 def test_native_engine_step_error_fails_its_calls_and_the_engine_recovers(monkeypatch):

@@ -14,8 +14,9 @@ class SamplingParams:
     an engine are under the temperature-scaled distribution `softmax(logits / temperature)` (raw logits when
     greedy), which is what the trainer computes. A generated token listed in `stop_token_ids` ends the call
     and is included in the output, as does the model's end-of-sequence token unless `ignore_eos` (vLLM's and
-    SGLang's key of that name: generation runs on past it, to `max_new_tokens` or a stop token). `routed_experts_start` asks the engine to return routing rows only for input
-    positions `>= routed_experts_start` (vLLM's `routed_experts_prompt_start`).
+    SGLang's key of that name: generation runs on past it, to `max_new_tokens` or a stop token).
+    `routed_experts_start` asks the engine to return routing rows only for input positions
+    `>= routed_experts_start` (vLLM's `routed_experts_prompt_start`).
     """
 
     max_new_tokens: int = 64
