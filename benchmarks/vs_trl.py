@@ -1,0 +1,105 @@
+"""apps/sync_ppo and apps/async_ppo against TRL's GRPOTrainer, one after the other in one run on this machine.
+
+Same for all three: the task and reward (the default digit sorting), the starting weights (our cached warm-up
+base, an HF-format Qwen3-MoE checkpoint that transformers loads as `Qwen3MoeForCausalLM`), prompts_per_step x
+samples_per_prompt per optimiser step, max new tokens, temperature, AdamW settings and learning rate, the PPO clip,
+no KL, no entropy bonus, group-normalised advantages and token-mean loss (TRL: `loss_type="dapo"`,
+`scale_rewards="group"`, `router_aux_loss_coef=0`), and seed. TRL generates with transformers `generate` (no
+vLLM on CPU) and trains in the same process, as its CPU users run it; it lives in its own environment,
+`.trl-env` (the workspace's `trl` group), which this script syncs first (idempotent; the default install never
+has TRL).
+
+Reported per system: steady-state samples/s (trained samples over the wall time of steps 2..N, as
+`benchmarks/async_vs_sync.py` counts them) and greedy accuracy on the whole validation split after N steps.
+Ours comes from the apps' own validation (the engine, greedy); TRL's trained model is scored with
+`rl_tasks.evaluate_greedy`, and the base through both paths is printed so that the two can be compared.
+Last line: `samples/s sync <r1>x async <r2>x vs trl  val-acc after <n> samples: ours <a> trl <b>`, where the
+ratios are ours over TRL's and `ours` is sync_ppo's accuracy (the on-policy recipe TRL's matches; async's is on
+the line above).
+
+Usage: `uv run python benchmarks/vs_trl.py [--steps 20] [--seed 0]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from async_vs_sync import Measured, run_async, run_sync
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_ENV = ROOT / ".trl-env"
+
+
+def build_trl_env() -> Path:
+    """Syncs the `trl` group into .trl-env from uv.lock (a no-op when it is up to date); returns its python."""
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(TRL_ENV)}
+    t0 = time.perf_counter()
+    subprocess.run(["uv", "sync", "--locked", "--no-default-groups", "--group", "trl", "--quiet"],
+                   cwd=ROOT, env=env, check=True)  # fmt: skip
+    print(f"[vs_trl] .trl-env ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    return TRL_ENV / "bin" / "python"
+
+
+def run_trl(python: Path, steps: int, seed: int, out: Path) -> dict[str, float]:
+    """TRL's run in its own process and environment (`benchmarks/trl_grpo.py`); returns its result.json."""
+    flags = ["--run.steps", str(steps), "--run.seed", str(seed)]
+    t0 = time.perf_counter()
+    subprocess.run([str(python), str(ROOT / "benchmarks" / "trl_grpo.py"), "--out", str(out), "--", *flags],
+                   cwd=ROOT, check=True)  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    result["wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def _row(name: str, samples_per_s: float, acc: float | None, wall_s: float) -> str:
+    shown = "n/a" if acc is None else f"{acc:.3f}"
+    return f"{name:10s} {samples_per_s:8.1f} samples/s  val acc {shown}  end to end {wall_s:6.1f} s"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20, help="optimiser steps of each system")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.steps < 2:
+        raise SystemExit(f"--steps: expected >= 2 (step 1 is left out of samples/s), got {args.steps}")
+    python = build_trl_env()
+    from recipes.config import AppWarmupConfig, SortTaskConfig
+    from rl_tasks.warmup import ensure_base_checkpoint
+    from sync_ppo.cli import parse
+
+    cfg, _ = parse([])
+    base = ensure_base_checkpoint(SortTaskConfig(), AppWarmupConfig(), Path(cfg.run.warmup_cache).resolve())
+    n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    ours = argparse.Namespace(steps=args.steps, val_every=args.steps, seed=args.seed, target=2.0,
+                              trainer_threads=1, max_staleness=1)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
+        sync: Measured = run_sync(ours, Path(tmp), 0)
+        print(_row("sync_ppo", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
+        asyn: Measured = run_async(ours, Path(tmp), 0)
+        print(_row("async_ppo", asyn.samples_per_s, asyn.final_val_acc, asyn.wall_s), flush=True)
+        trl = run_trl(python, args.steps, args.seed, Path(tmp) / "trl")
+    print(_row("trl", trl["samples_per_s"], trl["val_acc"], trl["wall_s"]))
+    print(f"base (warm-up) greedy val acc: {base.val_accuracy:.3f} (warm-up), {trl['base_acc']:.3f} (evaluate_greedy)")
+    print(f"async_ppo val acc after {n} samples: {_fmt(asyn.final_val_acc)}")
+    print(f"samples/s sync {sync.samples_per_s / trl['samples_per_s']:.2f}x async "
+          f"{asyn.samples_per_s / trl['samples_per_s']:.2f}x vs trl  val-acc after {n} samples: "
+          f"ours {_fmt(sync.final_val_acc)} trl {trl['val_acc']:.3f}")  # fmt: skip
+
+
+def _fmt(acc: float | None) -> str:
+    return "n/a" if acc is None else f"{acc:.3f}"
+
+
+if __name__ == "__main__":
+    main()
