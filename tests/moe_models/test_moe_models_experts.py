@@ -1,4 +1,5 @@
-"""Batched experts equal a per-token brute force, on both the grouped (inference) and padded (autograd) paths."""
+"""Batched experts equal a per-token brute force, on the grouped (inference) and padded (autograd) paths; the
+looped autograd kernel equals the padded one."""
 
 from __future__ import annotations
 
@@ -51,3 +52,30 @@ def test_padded_path_passes_gradients_to_every_used_expert() -> None:
     assert grad is not None
     used = grad.abs().flatten(1).sum(-1) > 0
     assert used.tolist() == [True, True, True, True, True, False]
+
+
+def test_looped_kernel_matches_padded_in_output_and_every_gradient() -> None:
+    experts, h, ids, weights = _case(2)
+    results = []
+    for kernel in ("padded", "looped"):
+        experts.zero_grad()
+        experts.autograd_kernel = kernel
+        x = h.clone().requires_grad_(True)
+        w = weights.clone().requires_grad_(True)
+        out = experts(x, ids, w)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out, x.grad, w.grad, experts.gate_up_proj.grad.clone(), experts.down_proj.grad.clone()])
+    for padded, looped in zip(*results, strict=True):
+        torch.testing.assert_close(looped, padded, rtol=1e-5, atol=1e-6)
+    assert results[1][3][5].abs().max() == 0  # expert 5 has no token: no gradient on either path
+
+
+def test_set_experts_kernel_reaches_every_layer_and_rejects_unknown_kernels() -> None:
+    from moe_models import set_experts_kernel
+
+    model = MoEForCausalLM(CONFIG)
+    set_experts_kernel(model, "looped")
+    kernels = {m.autograd_kernel for m in model.modules() if isinstance(m, Experts)}
+    assert kernels == {"looped"}
+    with pytest.raises(ValueError, match=r"expected one of \('padded', 'looped'\), got 'fused'"):
+        set_experts_kernel(model, "fused")

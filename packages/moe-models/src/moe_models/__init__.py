@@ -9,13 +9,16 @@ from moe_models.checkpoint import (
 )
 from moe_models.config import MoEConfig
 from moe_models.model import MoEForCausalLM
+from moe_models.moe import EXPERTS_KERNELS, ExpertsKernel, set_experts_kernel
 from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
 from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, load_tokenizer
 
 __all__ = [
+    "EXPERTS_KERNELS",
     "CausalLMOutput",
     "CharTokenizer",
+    "ExpertsKernel",
     "MoEConfig",
     "MoEForCausalLM",
     "RouterReplay",
@@ -25,5 +28,6 @@ __all__ = [
     "load_state_dict_tensors",
     "load_tokenizer",
     "save_pretrained",
+    "set_experts_kernel",
     "state_dict_numpy",
 ]

@@ -79,6 +79,11 @@ class TorchBackendConfig:
         "taken in fp32)",
         "float32",
     )
+    experts_kernel: Literal["padded", "looped"] = _help(
+        "the routed experts' path under autograd: padded (batched matmuls over a zero-padded buffer) or looped (a "
+        "matmul pair per expert: 1.1-1.3x faster train steps on CPU); they agree to float rounding, not bit for bit",
+        "padded",
+    )
 
     def build(
         self, model: MoEForCausalLM, optim: OptimConfig, *, temperature: float,
@@ -91,7 +96,8 @@ class TorchBackendConfig:
 
         return TorchBackend(model, optim, temperature=temperature, device=self.device, reference=reference,
                             data_parallel=data_parallel, total_steps=total_steps,
-                            compute_dtype=self.compute_dtype, true_on_policy=true_on_policy)  # fmt: skip
+                            compute_dtype=self.compute_dtype, true_on_policy=true_on_policy,
+                            experts_kernel=self.experts_kernel)  # fmt: skip
 
 
 @dataclass

@@ -9,7 +9,7 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from moe_models import MoEForCausalLM, RouterReplay
+from moe_models import MoEForCausalLM, RouterReplay, set_experts_kernel
 from moe_models.invariant import invariant_log_probs
 
 from trainers.algorithm.loss_io import LossOutputs
@@ -39,12 +39,14 @@ class TorchBackend(OptimisedModule):
     def __init__(self, model: MoEForCausalLM, optim: OptimConfig | None = None, *, temperature: float = 1.0,
                  device: str = "auto", reference: MoEForCausalLM | None = None, version: int = 0,
                  data_parallel: DataParallel | None = None, total_steps: int | None = None,
-                 compute_dtype: str = "float32", true_on_policy: bool = False) -> None:  # fmt: skip
+                 compute_dtype: str = "float32", true_on_policy: bool = False,
+                 experts_kernel: str = "padded") -> None:  # fmt: skip
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         self._device = resolve_device(device)
         super().__init__(model.to(self._device).train(), optim, version=version, total_steps=total_steps)
         self.temperature = temperature
+        set_experts_kernel(model, experts_kernel)  # the reference runs without autograd: grouped_mm on CPU
         if compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"TorchBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
         self.compute_dtype = compute_dtype
