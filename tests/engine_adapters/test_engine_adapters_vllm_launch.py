@@ -15,8 +15,9 @@ def test_cpu_capture_command_disables_prefix_caching_and_loads_the_extension() -
     cfg = VLLMServerConfig(model="/m", python=Path("/py"))
     cmd = cfg.command(1234)
     assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
-    for flag in ("--enable-scale-out", "--no-enable-prefix-caching", "--enforce-eager"):
+    for flag in ("--enable-scale-out", "--no-enable-prefix-caching", "--enforce-eager", "--no-enable-chunked-prefill"):
         assert flag in cmd
+    assert int(cmd[cmd.index("--max-num-batched-tokens") + 1]) >= cfg.max_model_len  # whole prefills fit
     assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert cmd[cmd.index("--worker-extension-cls") + 1] == EXTENSION_CLS
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "1234"

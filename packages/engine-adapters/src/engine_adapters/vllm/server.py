@@ -99,6 +99,12 @@ class VLLMServerConfig:
         ]  # fmt: skip
         if self.routing == "extension":
             cmd += ["--no-enable-prefix-caching", "--enforce-eager"]
+            # No chunked prefill on CPU. vllm 0.32 discards the token sampled for a partly prefilled request and
+            # rewinds that request's seeded generator (`gpu_model_runner._bookkeeping_sync`: `gen.set_offset`),
+            # which a CPU generator refuses ("CPU Generator does not use offset"): the engine core dies. That
+            # happened when 64 seeded calls resumed after an abort push re-prefilled their long prefixes at once.
+            # Whole prefills need a token budget of at least one full context.
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(self.max_model_len, 4096))]
         elif self.enforce_eager:
             cmd.append("--enforce-eager")
         if self.routing == "native":
