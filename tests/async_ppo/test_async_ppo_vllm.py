@@ -158,8 +158,10 @@ def test_vllm_rollouts_reach_the_trainer_with_token_versions_and_full_routing(
 
 # Every response runs to the length limit (`ignore_eos`): ~300 decode steps of 64 sequences, seconds of
 # generation after the first token, against a push that needs ~10 ms to write the weights and one request to pause.
-# Left to stop at EOS, a weakly warmed-up model ends some answers after 1-8 tokens, and on some CPUs all of them
-# before the pause landed: the test then saw no response in flight (a CI failure, not a bug in the push).
+# Left to stop at EOS, the weakly warmed-up model ended its answers after 1-43 tokens (0.57 s after the first
+# token here), and on another CPU all of them before the pause landed: the test then saw no response in flight (a
+# CI failure, not a bug in the push). The 64 resumed calls then re-prefill up to 320 tokens each at once, which
+# also exercises the CPU server's no-chunked-prefill setting (`VLLMServerConfig.command`).
 ENGINE_MAX_LEN = 320
 ENGINE_PROMPTS = 64  # = engine_slots: all run at once, so every one is in flight when the push lands
 
