@@ -1,11 +1,13 @@
-"""Train-step time of the torch backend and the VeOmni backend at 1 and 2 ranks (gloo, one torch thread per rank)
-on the same batch and weights: a default-shaped step of the apps (32 prompts x 8 samples, prompts of 10-16
-tokens, responses of 4-12, the tiny preset, router replay on).
+"""Train-step time of the torch backend and the VeOmni or Megatron-Core backend at 1 and 2 ranks (gloo, one torch
+thread per rank) on the same batch and weights: a default-shaped step of the apps (32 prompts x 8 samples, prompts
+of 10-16 tokens, responses of 4-12, the tiny preset, router replay on). Megatron at 2 ranks splits the experts
+over both (expert parallel 2).
 
-Run it in the VeOmni environment (it has both backends): `bash scripts/test_veomni.sh --build-only`, then
-`UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-sync python benchmarks/backend_step_time.py`. Every
-configuration runs in fresh processes of its own, one after the other; the last line prints each one's median
-step time as a ratio to the torch backend at one rank.
+Run it in the environment of the backend to compare (each has the torch backend too): `bash
+scripts/test_veomni.sh --build-only`, then `UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-sync python
+benchmarks/backend_step_time.py`; or the same with `test_megatron.sh` and `.megatron-env`. It times the backends
+installed there. Every configuration runs in fresh processes of its own, one after the other; the last line prints
+each one's median step time as a ratio to the torch backend at one rank.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import socket
 import statistics
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import torch
@@ -27,7 +30,7 @@ from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
 
 VOCAB, PAD = 48, 0
-CONFIGS = [("torch", 1), ("torch", 2), ("veomni", 1), ("veomni", 2)]
+CONFIGS = [("torch", 1), ("torch", 2), ("veomni", 1), ("veomni", 2), ("megatron", 1), ("megatron", 2)]
 
 
 def make_model() -> MoEForCausalLM:
@@ -68,16 +71,20 @@ def _rank(kind: str, rank: int, world: int, port: int, ckpt: str, batch_path: st
     from trainers.backend.data_parallel import DataParallel
 
     torch.set_num_threads(1)
-    if world > 1 or kind == "veomni":
+    if world > 1 or kind != "torch":
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dp = DataParallel(rank, world) if world > 1 else None
     optim = OptimConfig(lr=1e-5)
     if kind == "torch":
         backend = TorchBackend(load_pretrained(ckpt), optim, device="cpu", data_parallel=dp)
-    else:
+    elif kind == "veomni":
         from trainers.backend.veomni.backend import VeOmniBackend
 
         backend = VeOmniBackend(ckpt, optim, data_parallel=dp)
+    else:
+        from trainers.backend.megatron.backend import MegatronBackend
+
+        backend = MegatronBackend(ckpt, optim, data_parallel=dp, expert_parallel=world)
     batch = torch.load(batch_path, weights_only=False)
     algorithm = PPOConfig().build(max_new_tokens=12)
     loop = TrainLoopConfig(router_replay=True)
@@ -127,7 +134,7 @@ def main() -> None:
         print(f"batch: {batch.batch_size} sequences, {int(batch.response_mask.sum())} loss tokens, "
               f"{int(batch.attention_mask.sum())} tokens; {args.steps} timed steps per configuration")  # fmt: skip
         medians = {}
-        for kind, world in CONFIGS:
+        for kind, world in [(k, w) for k, w in CONFIGS if k == "torch" or find_spec(k) is not None]:
             medians[(kind, world)] = time_config(kind, world, str(Path(tmp) / "ckpt"), batch_path, args.steps)
             print(f"{kind:>6} x{world}: {medians[(kind, world)]:.3f} s/step")
     base = medians[("torch", 1)]

@@ -49,4 +49,4 @@ echo "[test_megatron] .megatron-env ready ($("$UV_PROJECT_ENVIRONMENT/bin/python
 if [[ "${1:-}" == "--build-only" ]]; then
     exit 0
 fi
-uv run --no-sync pytest -m "megatron and not gpu" -p no:cacheprovider tests/trainers "$@"
+uv run --no-sync pytest -m "megatron and not gpu" -p no:cacheprovider tests/trainers tests/sync_ppo tests/async_ppo "$@"

@@ -59,6 +59,7 @@ def test_true_on_policy_mode_is_refused_where_it_cannot_be_exact(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     for flags in (["--rollout.engine.dtype", "bfloat16"], ["--rollout.engine.compile_decode", "true"],
-                  ["--backend.compute_dtype", "bfloat16"], ["--backend.kind", "veomni"]):  # fmt: skip
+                  ["--backend.compute_dtype", "bfloat16"], ["--backend.kind", "veomni"],
+                  ["--backend.kind", "megatron"]):  # fmt: skip
         with pytest.raises(ValueError, match=r"numerics\.true_on_policy"):
             tiny_config(tmp_path / "run", "--numerics.true_on_policy", "true", *flags)

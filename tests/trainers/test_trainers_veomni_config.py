@@ -14,7 +14,7 @@ from trainers import TrainLoopConfig
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
 from trainers.backend.config import VeOmniBackendConfig
-from trainers.backend.veomni.rank_worker import portable, receive, send
+from trainers.backend.rank_worker import portable, receive, send
 from trainers.step_metrics import NonFiniteError
 from trainers.step_runner import StepSpec, build_steps
 

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from moe_models import save_pretrained
-from trainers import TrainBatch, TrainLoopConfig, collate, pad_to_multiple
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
 from trainers.backend.config import VeOmniBackendConfig
 from trainers.step_runner import StepSpec, build_steps
-from trainers_fixtures import MAX_NEW, PAD, rollouts, tiny_model
+from trainers_fixtures import rank_batch, rank_spec
 
 pytestmark = [
     pytest.mark.veomni,
@@ -23,21 +21,12 @@ pytestmark = [
 ]
 
 
-def _batch() -> TrainBatch:
-    return collate(pad_to_multiple(rollouts(tiny_model(seed=1), num_prompts=4, per_prompt=2), 8, pad_token_id=PAD), PAD)
-
-
 def _spec(tmp_path: Path) -> StepSpec:
-    ckpt = tmp_path / "ckpt"
-    if not ckpt.exists():
-        save_pretrained(tiny_model(), ckpt)
-    loop = TrainLoopConfig(mini_batches_per_step=2, micro_batch_tokens=30, mismatch_sample_seqs=2)
-    return StepSpec(str(ckpt), PPOConfig(), loop, OptimConfig(lr=1e-2, schedule="cosine"), max_new_tokens=MAX_NEW,
-                    temperature=1.0, seed=0, total_steps=8)  # fmt: skip
+    return rank_spec(tmp_path, PPOConfig(), OptimConfig(lr=1e-2, schedule="cosine"))
 
 
 def test_a_rank_group_checkpoint_resumes_bit_for_bit(tmp_path: Path) -> None:
-    spec, batch = _spec(tmp_path), _batch()
+    spec, batch = _spec(tmp_path), rank_batch()
     group = build_steps(VeOmniBackendConfig(ranks=2), spec)
     try:
         group.train_step(batch)
@@ -65,7 +54,7 @@ def test_the_policy_model_is_ours_with_the_ranks_weights(tmp_path: Path) -> None
     group = build_steps(VeOmniBackendConfig(ranks=2), _spec(tmp_path))
     try:
         before = {k: v.clone() for k, v in group.policy_model().state_dict().items()}
-        group.train_step(_batch())
+        group.train_step(rank_batch())
         weights, _ = group.export_weights()
         model = group.policy_model()
     finally:
@@ -79,11 +68,11 @@ def test_the_policy_model_is_ours_with_the_ranks_weights(tmp_path: Path) -> None
 def test_a_rank_error_reaches_the_driver_and_the_group_keeps_serving(tmp_path: Path) -> None:
     group = build_steps(VeOmniBackendConfig(ranks=2), _spec(tmp_path))
     try:
-        unrouted = dataclasses.replace(_batch(), replay_ids=None, replay_mask=None)
+        unrouted = dataclasses.replace(rank_batch(), replay_ids=None, replay_mask=None)
         with pytest.raises(ValueError, match="router replay: expected a batch with routing"):
             group.train_step(unrouted)
         assert group.version == 0
-        group.train_step(_batch())
+        group.train_step(rank_batch())
         assert group.version == 1
     finally:
         group.close()

@@ -3,13 +3,16 @@ engine records them, so no engine is needed), and one-line builders of a backend
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
-from moe_models import MoEConfig, MoEForCausalLM
+from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
 from routing_state import RoutingSpec, RoutingTrace
-from trainers import TrainBatch, TrainLoopConfig, TrainSample, train_step
-from trainers.algorithm import Algorithm, DecoupledConfig, GSPOConfig, OPDConfig, PPOConfig
+from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, pad_to_multiple, train_step
+from trainers.algorithm import Algorithm, AlgorithmConfig, DecoupledConfig, GSPOConfig, OPDConfig, PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.step import StepResult
+from trainers.step_runner import StepSpec
 
 VOCAB = 24
 PAD = 0
@@ -75,3 +78,19 @@ def step(b: TorchBackend, batch: TrainBatch, alg: Algorithm | None = None, **loo
 def grads(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
     """The (clipped) gradient of the step's last optimiser step."""
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def rank_batch() -> TrainBatch:
+    """Eight rollouts of another model (seed 1: their routing differs from the policy's), padded to a multiple of 8
+    (two ranks x two mini-batches)."""
+    return collate(pad_to_multiple(rollouts(tiny_model(seed=1), num_prompts=4, per_prompt=2), 8, pad_token_id=PAD), PAD)
+
+
+def rank_spec(tmp_path: Path, algorithm: AlgorithmConfig, optim: OptimConfig, **loop: object) -> StepSpec:
+    """What rank processes build from: `tiny_model()` saved under `tmp_path/ckpt` (once), 2 mini-batches a step."""
+    ckpt = tmp_path / "ckpt"
+    if not ckpt.exists():
+        save_pretrained(tiny_model(), ckpt)
+    cfg = TrainLoopConfig(**{"mini_batches_per_step": 2, "micro_batch_tokens": 30, "mismatch_sample_seqs": 2, **loop})
+    return StepSpec(str(ckpt), algorithm, cfg, optim, max_new_tokens=MAX_NEW, temperature=1.0, seed=0,
+                    total_steps=8)  # fmt: skip

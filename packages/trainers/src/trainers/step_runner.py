@@ -1,6 +1,7 @@
 """StepRunner: where `train_step` runs. The apps hand it a step's batch and get the step's result; whether the
-backend lives in this process (`LocalSteps`) or in rank processes of its own (`trainers.backend.veomni.RankGroup`,
-every rank running the same `train_step` on the same batch) follows from the backend config (`build_steps`).
+backend lives in this process (`LocalSteps`) or in rank processes of its own (`trainers.backend.rank_group.RankGroup`,
+every rank running the same `train_step` on the same batch: VeOmni, Megatron-Core) follows from the backend config
+(`build_steps`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from trainers.algorithm.config import AlgorithmConfig
-from trainers.backend.config import BackendConfig, OptimConfig, TorchBackendConfig, VeOmniBackendConfig
+from trainers.backend.config import (
+    BackendConfig,
+    MegatronBackendConfig,
+    OptimConfig,
+    TorchBackendConfig,
+    VeOmniBackendConfig,
+)
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
 from trainers.step import StepResult, train_step
@@ -69,15 +76,15 @@ class StepRunner(Protocol):
 
 
 def build_steps(cfg: BackendConfig, spec: StepSpec) -> StepRunner:
-    """`backend.kind torch`: the backend in this process; `veomni`: `cfg.ranks` processes, each holding its shard
-    of the policy and running the same `train_step`."""
+    """`backend.kind torch`: the backend in this process; `veomni`, `megatron`: `cfg.ranks` processes, each holding
+    its part of the policy and running the same `train_step`."""
     if isinstance(cfg, TorchBackendConfig):
         return LocalSteps.build(cfg, spec)
-    if isinstance(cfg, VeOmniBackendConfig):
-        from trainers.backend.veomni.rank_group import RankGroup
+    if isinstance(cfg, VeOmniBackendConfig | MegatronBackendConfig):
+        from trainers.backend.rank_group import RankGroup
 
         return RankGroup.start(cfg, spec)
-    raise ValueError(f"build_steps: expected a torch or veomni backend config, got {type(cfg).__name__}")
+    raise ValueError(f"build_steps: expected a torch, veomni or megatron backend config, got {type(cfg).__name__}")
 
 
 class LocalSteps:

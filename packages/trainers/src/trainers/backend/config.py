@@ -1,13 +1,15 @@
-"""The `optim` and `backend` sections (`backend.kind` torch | veomni). Standard library only (`--help` imports it);
-`build()` imports torch. Where each kind runs its steps is `trainers.step_runner.build_steps`."""
+"""The `optim` and `backend` sections (`backend.kind` torch | veomni | megatron). Standard library only (`--help`
+imports it); `build()` and `build_rank()` import torch. Where each kind runs its steps is
+`trainers.step_runner.build_steps`."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    import torch
     from moe_models import MoEForCausalLM
 
     from trainers.backend.data_parallel import DataParallel
@@ -100,6 +102,12 @@ class TorchBackendConfig:
                             experts_kernel=self.experts_kernel)  # fmt: skip
 
 
+RANKS_HELP = (
+    "training processes, one rank each, every rank training on its share of each mini-batch's rows (veomni: FSDP2 "
+    "shards, 1 = unsharded; megatron: the experts split over backend.expert_parallel of them)"
+)
+
+
 @dataclass
 class VeOmniBackendConfig:
     """VeOmni's Qwen3-MoE (its generated modeling, eager ops) sharded with its FSDP2 over `ranks` processes of their
@@ -107,7 +115,7 @@ class VeOmniBackendConfig:
     (`bash scripts/test_veomni.sh` builds `.veomni-env`); the default install does not have it."""
 
     kind: Literal["veomni"] = "veomni"
-    ranks: int = _help("training processes (FSDP2 data parallel over torch.distributed; 1: VeOmni unsharded)", 2)
+    ranks: int = _help(RANKS_HELP, 2)
     device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
     compute_dtype: Literal["float32", "bfloat16"] = _help(
         "dtype of the forward and backward (bfloat16: torch autocast; weights and AdamW stay fp32)", "float32"
@@ -115,10 +123,82 @@ class VeOmniBackendConfig:
     torch_threads: int = _help("torch intra-op threads per rank", 1)
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "torch_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"backend.{name}: expected an int >= 1, got {value!r}")
+        _positive_ints(self, "ranks", "torch_threads")
+
+    def check_installed(self) -> None:
+        from trainers.backend.veomni.install import check_installed
+
+        check_installed()
+
+    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
+                   seed: int, data_parallel: DataParallel | None, device: torch.device,
+                   reference: bool) -> TrainingBackend:  # fmt: skip
+        from trainers.backend.veomni.backend import VeOmniBackend
+
+        return VeOmniBackend(checkpoint_dir, optim, temperature=temperature, data_parallel=data_parallel,
+                             reference=reference, total_steps=total_steps, compute_dtype=self.compute_dtype,
+                             device=str(device))  # fmt: skip
 
 
-BackendConfig = TorchBackendConfig | VeOmniBackendConfig
+@dataclass
+class MegatronBackendConfig:
+    """Megatron-Core's `GPTModel` (local layer spec, plain torch modules) over `ranks` processes of their own (gloo
+    on CPU, nccl on GPU): experts split over `expert_parallel` ranks (tokens dispatched by all-gather), every other
+    weight replicated and its gradients summed over the ranks; router replay through Megatron's `RouterReplay` hook.
+    fp32 only. Needs the `megatron` dependency group on Python >= 3.12 (`bash scripts/test_megatron.sh` builds
+    `.megatron-env`); the default install does not have it."""
+
+    kind: Literal["megatron"] = "megatron"
+    ranks: int = _help(RANKS_HELP, 2)
+    expert_parallel: int = _help(
+        "ranks the experts are split over (must divide ranks and the expert count; 1: every rank holds all)", 2
+    )
+    device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
+    torch_threads: int = _help("torch intra-op threads per rank", 1)
+
+    def __post_init__(self) -> None:
+        _positive_ints(self, "ranks", "expert_parallel", "torch_threads")
+        if self.ranks % self.expert_parallel:
+            raise ValueError(f"backend.expert_parallel: expected a divisor of backend.ranks ({self.ranks}), got "
+                             f"{self.expert_parallel}")  # fmt: skip
+
+    def check_installed(self) -> None:
+        from trainers.backend.megatron.install import check_installed
+
+        check_installed()
+
+    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
+                   seed: int, data_parallel: DataParallel | None, device: torch.device,
+                   reference: bool) -> TrainingBackend:  # fmt: skip
+        from trainers.backend.megatron.backend import MegatronBackend
+
+        return MegatronBackend(checkpoint_dir, optim, temperature=temperature, data_parallel=data_parallel,
+                               expert_parallel=self.expert_parallel, reference=reference, total_steps=total_steps,
+                               device=device, seed=seed)  # fmt: skip
+
+
+def _positive_ints(cfg: object, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"backend.{name}: expected an int >= 1, got {value!r}")
+
+
+class RankedBackendConfig(Protocol):
+    """A backend whose ranks are processes of their own (`trainers.backend.rank_group.RankGroup`): the driver calls
+    `check_installed()` before it spawns them, each rank calls `build_rank` after joining the process group (with
+    the run's `StepSpec` fields; `reference`: the algorithm needs a frozen copy of the base weights)."""
+
+    kind: str
+    ranks: int
+    device: str
+    torch_threads: int
+
+    def check_installed(self) -> None: ...
+
+    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
+                   seed: int, data_parallel: DataParallel | None, device: torch.device,
+                   reference: bool) -> TrainingBackend: ...  # fmt: skip
+
+
+BackendConfig = TorchBackendConfig | VeOmniBackendConfig | MegatronBackendConfig

@@ -1,4 +1,5 @@
-"""The Megatron-Core training path (issue in progress): our HF-format Qwen3-MoE as a Megatron-Core `GPTModel`
-(local layer spec, expert parallel over the default process group), with router replay through Megatron's
-`RouterReplay`. `convert` is plain torch; every other module imports Megatron-Core, which only the `megatron`
-dependency group installs, in an environment of its own (Python >= 3.12): `bash scripts/test_megatron.sh`."""
+"""The Megatron-Core training backend (`backend.kind megatron`): our HF-format Qwen3-MoE as a Megatron-Core
+`GPTModel` (local layer spec, experts split over the expert-parallel group), router replay through Megatron's
+`RouterReplay`, weights and checkpoints in our names. `convert` and `install` are plain Python/torch; every other
+module imports Megatron-Core, which only the `megatron` dependency group installs, in an environment of its own
+(Python >= 3.12): `bash scripts/test_megatron.sh`."""

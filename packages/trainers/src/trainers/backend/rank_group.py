@@ -1,6 +1,8 @@
-"""RankGroup: a `StepRunner` whose backend lives in `ranks` processes of their own (spawned, one per rank), each a
-`VeOmniBackend` on its shard running the same `train_step` on the same batch; the driver sends each call to every
-rank and keeps rank 0's answer. Batches and weights cross the process boundary by pickling (a pipe per rank).
+"""RankGroup: a `StepRunner` whose backend lives in `ranks` processes of their own (spawned, one per rank), each
+holding its part of the policy (a VeOmni FSDP2 shard, a Megatron-Core expert-parallel rank) and running the same
+`train_step` on the same batch; the driver sends each call to every rank and keeps rank 0's answer. Batches and
+weights cross the process boundary by pickling (a pipe per rank). What a rank builds is its config's
+(`RankedBackendConfig.build_rank`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainers.backend.config import VeOmniBackendConfig
+from trainers.backend.config import RankedBackendConfig
 from trainers.backend.optimised_module import RNG_KEY
+from trainers.backend.rank_worker import RankArgs, RankCall, RankFailure, rank_main, receive, send
 from trainers.backend.state import BackendState
-from trainers.backend.veomni.rank_worker import RankArgs, RankCall, RankFailure, rank_main, receive, send
 from trainers.batch import TrainBatch
 from trainers.step import StepResult
 from trainers.step_runner import StepSpec
@@ -24,28 +26,7 @@ from trainers.step_runner import StepSpec
 if TYPE_CHECKING:
     from moe_models import MoEForCausalLM
 
-START_TIMEOUT_S = 600.0  # importing VeOmni and building the model, per rank
-VEOMNI_VERSION, TRANSFORMERS_VERSION = "0.1.12", "5.9.0"  # the pair the `veomni` dependency group pins
-SETUP_HINT = (
-    "build its environment with `bash scripts/test_veomni.sh --build-only`, then run the app in it: "
-    "`UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-sync apps/sync_ppo --backend.kind veomni`"
-)
-
-
-def check_installed() -> None:
-    """Raises, naming the fix, unless this environment has VeOmni with the transformers release it runs with."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    got = {}
-    for name in ("veomni", "transformers"):
-        try:
-            got[name] = version(name)
-        except PackageNotFoundError:
-            got[name] = "not installed"
-    if (got["veomni"], got["transformers"]) != (VEOMNI_VERSION, TRANSFORMERS_VERSION):
-        raise ValueError(f"backend.kind veomni: expected veomni {VEOMNI_VERSION} with transformers "
-                         f"{TRANSFORMERS_VERSION}, got veomni {got['veomni']} with transformers "
-                         f"{got['transformers']} (the default install has no VeOmni); {SETUP_HINT}")  # fmt: skip
+START_TIMEOUT_S = 600.0  # importing the training library and building the model, per rank
 
 
 def _free_port() -> int:
@@ -63,29 +44,29 @@ class RankGroup:
     `rng.torch.rank<r>`."""
 
     def __init__(self, spec: StepSpec, processes: list[mp.process.BaseProcess], conns: list[Connection],
-                 version: int) -> None:  # fmt: skip
-        self.spec, self.processes, self.conns = spec, processes, conns
+                 version: int, kind: str) -> None:  # fmt: skip
+        self.spec, self.processes, self.conns, self.kind = spec, processes, conns, kind
         self._version = version
         self._model: MoEForCausalLM | None = None
         self._model_version = -1
         self._exported: tuple[dict[str, torch.Tensor], int] | None = None
 
     @classmethod
-    def start(cls, cfg: VeOmniBackendConfig, spec: StepSpec) -> RankGroup:
+    def start(cls, cfg: RankedBackendConfig, spec: StepSpec) -> RankGroup:
         """Spawns the ranks and waits until each has built its backend (or raises the first rank's error)."""
-        check_installed()
+        cfg.check_installed()
         ctx = mp.get_context("spawn")
         port = _free_port()
         processes, conns = [], []
         for rank in range(cfg.ranks):
             ours, theirs = ctx.Pipe()
             p = ctx.Process(target=rank_main, args=(RankArgs(rank, cfg.ranks, port, cfg, spec), theirs),
-                            name=f"veomni-rank{rank}", daemon=True)  # fmt: skip
+                            name=f"{cfg.kind}-rank{rank}", daemon=True)  # fmt: skip
             p.start()
             theirs.close()
             processes.append(p)
             conns.append(ours)
-        group = cls(spec, processes, conns, version=0)
+        group = cls(spec, processes, conns, version=0, kind=cfg.kind)
         try:
             versions = group._collect(timeout_s=START_TIMEOUT_S)
         except BaseException:
@@ -100,12 +81,12 @@ class RankGroup:
         answers, error = [], None
         for rank, conn in enumerate(self.conns):
             if timeout_s is not None and not conn.poll(timeout_s):
-                raise RankFailure(f"veomni rank {rank}: no answer within {timeout_s:.0f} s")
+                raise RankFailure(f"{self.kind} rank {rank}: no answer within {timeout_s:.0f} s")
             try:
                 status, value = receive(conn)  # type: ignore[misc]
             except EOFError as exc:
                 code = self.processes[rank].exitcode
-                raise RankFailure(f"veomni rank {rank}: the process ended (exit code {code})") from exc
+                raise RankFailure(f"{self.kind} rank {rank}: the process ended (exit code {code})") from exc
             if status == "error" and error is None:
                 error = value
             answers.append(value)

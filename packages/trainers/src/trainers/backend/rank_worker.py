@@ -1,4 +1,4 @@
-"""The main function of one VeOmni rank process: join the process group, build the backend and the algorithm, then
+"""The main function of one rank process: join the process group, build the backend and the algorithm, then
 answer the driver's calls (`RankCall`) until it says `CLOSE` or its end of the pipe closes (the driver died).
 Each call is the same on every rank; the collectives inside (FSDP2's all-gathers, the step's all-reduces) pair up.
 """
@@ -11,15 +11,16 @@ import pickle
 import traceback
 from dataclasses import dataclass
 from enum import Enum
+from importlib.util import find_spec
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from trainers.backend.config import VeOmniBackendConfig
+from trainers.backend.config import RankedBackendConfig
 from trainers.step_runner import StepSpec
 
 if TYPE_CHECKING:
     from trainers.algorithm import Algorithm
-    from trainers.backend.veomni.backend import VeOmniBackend
+    from trainers.backend.protocol import TrainingBackend
 
 
 class RankCall(Enum):
@@ -35,7 +36,7 @@ class RankArgs:
     rank: int
     world_size: int
     port: int  # the rendezvous port on 127.0.0.1 (rank 0 listens)
-    cfg: VeOmniBackendConfig
+    cfg: RankedBackendConfig
     spec: StepSpec
 
 
@@ -81,16 +82,13 @@ def rank_main(args: RankArgs, conn: Connection) -> None:
         dist.destroy_process_group()
 
 
-def _build(args: RankArgs) -> tuple[VeOmniBackend, Algorithm]:
+def _build(args: RankArgs) -> tuple[TrainingBackend, Algorithm]:
     import torch
     import torch.distributed as dist
-    import transformers
 
     from trainers.backend.data_parallel import DataParallel
-    from trainers.backend.veomni.backend import VeOmniBackend
 
-    transformers.utils.logging.disable_progress_bar()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    _quiet_transformers()
     cuda = args.cfg.device == "cuda"
     if cuda:
         torch.cuda.set_device(args.rank)
@@ -101,13 +99,23 @@ def _build(args: RankArgs) -> tuple[VeOmniBackend, Algorithm]:
     spec = args.spec
     torch.manual_seed(spec.seed)
     algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
-    backend = VeOmniBackend(spec.checkpoint_dir, spec.optim, temperature=spec.temperature, data_parallel=dp,
-                            reference=algorithm.needs_reference, total_steps=spec.total_steps,
-                            compute_dtype=args.cfg.compute_dtype, device=str(device))  # fmt: skip
+    backend = args.cfg.build_rank(spec.checkpoint_dir, spec.optim, temperature=spec.temperature,
+                                  total_steps=spec.total_steps, seed=spec.seed, data_parallel=dp, device=device,
+                                  reference=algorithm.needs_reference)  # fmt: skip
     return backend, algorithm
 
 
-def _serve(args: RankArgs, conn: Connection, backend: VeOmniBackend, algorithm: Algorithm) -> None:
+def _quiet_transformers() -> None:
+    """No progress bars or info logs from transformers (VeOmni builds its model with it) in the ranks' output."""
+    if find_spec("transformers") is None:  # the megatron environment has no transformers
+        return
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def _serve(args: RankArgs, conn: Connection, backend: TrainingBackend, algorithm: Algorithm) -> None:
     from trainers.step import train_step
 
     while True:

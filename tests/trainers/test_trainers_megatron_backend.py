@@ -1,0 +1,112 @@
+"""The Megatron backend behind `StepRunner` (rank processes of its own): PPO steps with router replay follow the
+torch backend's at expert parallel 1 and 2 (and with the experts replicated over two ranks), also with a KL term to
+the frozen reference; a checkpoint resumes bit for bit, is in our names and layout, and loads into the torch
+backend. Needs the `megatron` group, Python >= 3.12: `bash scripts/test_megatron.sh`."""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+import torch
+from trainers.algorithm import KLConfig, PPOConfig
+from trainers.backend import BackendState, OptimConfig
+from trainers.backend.config import MegatronBackendConfig, TorchBackendConfig
+from trainers.step_runner import StepSpec, build_steps
+from trainers_fixtures import rank_batch, rank_spec
+
+pytestmark = [
+    pytest.mark.megatron,
+    pytest.mark.skipif(
+        find_spec("megatron") is None, reason="no Megatron-Core here: run bash scripts/test_megatron.sh"
+    ),
+]
+
+STEPS = 3
+LR = 1e-3  # small: AdamW's first steps move a weight by ~lr whatever its gradient's rounding
+
+
+def _spec(tmp_path: Path, kl_coef: float = 0.0) -> StepSpec:
+    return rank_spec(tmp_path, PPOConfig(kl=KLConfig(coef=kl_coef)), OptimConfig(lr=LR), router_replay=True)
+
+
+def _assert_metrics_match(got: list[dict[str, float]], want: list[dict[str, float]]) -> None:
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.keys() == w.keys()
+        for key, value in w.items():
+            assert g[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (step, key)
+
+
+def _run(cfg: object, spec: StepSpec, steps: int) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
+    runner = build_steps(cfg, spec)  # type: ignore[arg-type]
+    try:
+        metrics = [runner.train_step(rank_batch()).metrics for _ in range(steps)]
+        return metrics, runner.export_weights()[0]
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize(("ranks", "expert_parallel"), [(1, 1), (2, 2), (2, 1)])
+def test_megatron_steps_follow_the_torch_backend(tmp_path: Path, ranks: int, expert_parallel: int) -> None:
+    torch.set_num_threads(1)
+    spec = _spec(tmp_path)
+    want, want_weights = _run(TorchBackendConfig(device="cpu"), spec, STEPS)
+    got, weights = _run(MegatronBackendConfig(ranks=ranks, expert_parallel=expert_parallel), spec, STEPS)
+    assert want[0]["actor/grad_norm"] > 0.1  # the steps do move the weights
+    _assert_metrics_match(got, want)
+    assert weights.keys() == want_weights.keys()  # our names, nothing left over
+    for name, value in want_weights.items():
+        torch.testing.assert_close(weights[name], value, rtol=0, atol=10 * LR * 1e-2, msg=name)
+
+
+def test_a_kl_term_scores_the_frozen_reference_on_expert_parallel_ranks(tmp_path: Path) -> None:
+    """One step only: the reference's and the policy's forwards see other batch shapes on the ranks (padding to
+    the ranks' largest micro-batch), so the KL gradient at ratio 1 is rounding noise rather than 0, and AdamW turns
+    noise on near-zero gradients into +-lr moves; later steps then differ by 1e-3 to 3e-3 relative (measured)."""
+    spec = _spec(tmp_path, kl_coef=0.1)
+    want, _ = _run(TorchBackendConfig(device="cpu"), spec, 1)
+    got, _ = _run(MegatronBackendConfig(ranks=2, expert_parallel=2), spec, 1)
+    assert want[0]["actor/kl_loss"] > 1e-3  # the second mini-batch is scored against a moved policy
+    _assert_metrics_match(got, want)
+
+
+def test_a_megatron_checkpoint_resumes_bit_for_bit_and_loads_into_the_torch_backend(tmp_path: Path) -> None:
+    spec, cfg = _spec(tmp_path), MegatronBackendConfig(ranks=2, expert_parallel=2)
+    group = build_steps(cfg, spec)
+    try:
+        group.train_step(rank_batch())
+        group.state_dict().save(tmp_path / "state")
+        want = [group.train_step(rank_batch()).metrics for _ in range(2)]
+        want_weights, version = group.export_weights()
+    finally:
+        group.close()
+    state = BackendState.load(tmp_path / "state")
+    resumed = build_steps(cfg, spec)
+    try:
+        resumed.load_state_dict(state)
+        got = [resumed.train_step(rank_batch()).metrics for _ in range(2)]
+        got_weights, got_version = resumed.export_weights()
+    finally:
+        resumed.close()
+    assert got == want and got_version == version == 3
+    assert all(torch.equal(got_weights[k], want_weights[k]) for k in want_weights)
+
+    local = build_steps(TorchBackendConfig(device="cpu"), spec)  # the same format as the torch backend's
+    local.load_state_dict(state)
+    loaded, _ = local.export_weights()
+    assert all(torch.equal(loaded[k], state.tensors[f"model.{k}"]) for k in loaded)
+    first = local.train_step(rank_batch()).metrics
+    for key, value in want[0].items():
+        assert first[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check_megatron.sh)")
+def test_megatron_steps_on_cuda_follow_the_torch_backend_on_cuda(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    want, _ = _run(TorchBackendConfig(device="cuda"), spec, STEPS)
+    got, _ = _run(MegatronBackendConfig(ranks=1, expert_parallel=1, device="cuda"), spec, STEPS)
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        for key, value in w.items():
+            assert g[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (step, key)
