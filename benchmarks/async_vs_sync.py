@@ -1,4 +1,5 @@
-"""apps/async_ppo vs apps/sync_ppo on the default task, measured in one run on this machine.
+"""apps/async_ppo vs apps/sync_ppo on the default task (or a recipe file's, `--config`), measured in one run on
+this machine.
 
 Both run the same recipe (task, warm-up base, prompts_per_step x samples_per_prompt, optimiser, seed) for
 `--steps` steps, one after the other (`--order` chooses which goes first; `--reps` alternates). Reported per run:
@@ -7,10 +8,12 @@ Both run the same recipe (task, warm-up base, prompts_per_step x samples_per_pro
 - time to target: wall time from the start of step 1 to the end of the first step whose validation reaches
   `--target` greedy accuracy (validation every `--val-every` steps; async validates on its own engine, so its
   result is credited to the step it validated);
-- end to end: the whole run including startup (Ray and actors for async; the warm-up base is cached first).
+- end to end: the whole run including startup (Ray and actors for async; the warm-up base is cached first);
+- async only: the share of trained samples whose tokens span two or more weight versions.
 The last line is `samples/s <async/sync>x  time-to-target <sync/async>x  (<target>)`.
 
-Usage: `uv run python benchmarks/async_vs_sync.py [--steps 30] [--target 0.6] [--reps 1] [--trainer-threads 1]`
+Usage: `uv run python benchmarks/async_vs_sync.py [--steps 30] [--target 0.6] [--reps 1] [--trainer-threads 1]
+[--config configs/longtail.toml --max-staleness 4]`
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Measured:
     time_to_target_s: float | None
     final_val_acc: float | None
     wall_s: float
+    multi_version_frac: float | None  # async: share of trained samples whose tokens span >= 2 weight versions
 
 
 def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured:
@@ -49,13 +53,17 @@ def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured
     reached = [s for s in trained if float(steps[s].get("val/greedy_acc", -1.0)) >= target]  # type: ignore[arg-type]
     to_target = sum(step_s[s] for s in trained if s <= reached[0]) if reached else None
     finals = [float(steps[s]["val/greedy_acc"]) for s in trained if "val/greedy_acc" in steps[s]]  # type: ignore[arg-type]
-    return Measured(kind, samples / sum(step_s[s] for s in steady), to_target, finals[-1] if finals else None, wall_s)
+    spans = [(float(steps[s]["staleness/multi_version_frac"]), float(steps[s]["rollout/num_samples"]))  # type: ignore[arg-type]
+             for s in trained if "staleness/multi_version_frac" in steps[s]]  # fmt: skip
+    multi = sum(f * n for f, n in spans) / sum(n for _, n in spans) if spans else None
+    return Measured(kind, samples / sum(step_s[s] for s in steady), to_target, finals[-1] if finals else None, wall_s,
+                    multi)  # fmt: skip
 
 
 def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
     return ["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
             "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),
-            "--run.seed", str(args.seed)]  # fmt: skip
+            "--run.seed", str(args.seed), *(["--config", args.config] if args.config else [])]  # fmt: skip
 
 
 def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
@@ -73,7 +81,7 @@ def run_async(args: argparse.Namespace, root: Path, rep: int) -> Measured:
     from async_ppo.pipeline import train
 
     flags = [*_flags(args, root / f"async-{rep}"), "--run.torch_threads", str(args.trainer_threads),
-             "--pipeline.max_staleness", str(args.max_staleness),
+             *([] if args.max_staleness is None else ["--pipeline.max_staleness", str(args.max_staleness)]),
              "--ray.temp_dir", f"/tmp/avs_{os.getpid()}_{rep}"]  # fmt: skip
     cfg, _ = parse(flags)
     t0 = time.perf_counter()
@@ -94,12 +102,16 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", choices=("sync-first", "async-first"), default="sync-first")
     p.add_argument("--trainer-threads", type=int, default=1, help="async trainer's torch threads")
-    p.add_argument("--max-staleness", type=int, default=1)
+    p.add_argument(
+        "--max-staleness", type=int, default=None, help="async's pipeline.max_staleness (default: the config's)"
+    )
+    p.add_argument("--config", default="", help="a recipe file both apps run (e.g. configs/longtail.toml)")
     args = p.parse_args()
-    from recipes.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.warmup import ensure_base_checkpoint
+    from sync_ppo.cli import parse
 
-    ensure_base_checkpoint(SortTaskConfig(), AppWarmupConfig(), Path(".cache/warmup").resolve())  # not timed
+    cfg, _ = parse(["--config", args.config] if args.config else [])
+    ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())  # not timed
     results: list[tuple[Measured, Measured]] = []
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as tmp:
         for rep in range(args.reps):
@@ -114,7 +126,9 @@ def main() -> None:
             for m in (s, a):
                 print(f"rep {rep} {m.kind:5s}: {m.samples_per_s:7.1f} samples/s  time to {args.target:.2f}: "
                       f"{_fmt(m.time_to_target_s, '6.1f')} s  final val acc {_fmt(m.final_val_acc, '.3f')}  "
-                      f"end to end {m.wall_s:6.1f} s", flush=True)  # fmt: skip
+                      f"end to end {m.wall_s:6.1f} s"
+                  + ("" if m.multi_version_frac is None else f"  multi-version samples {m.multi_version_frac:.1%}"),
+                  flush=True)  # fmt: skip
     speed = statistics.median(a.samples_per_s / s.samples_per_s for s, a in results)
     ttt = [s.time_to_target_s / a.time_to_target_s for s, a in results if s.time_to_target_s and a.time_to_target_s]
     print(f"samples/s {speed:.2f}x  time-to-target {_fmt(statistics.median(ttt) if ttt else None, '.2f')}x  "

@@ -39,15 +39,18 @@ def make_model() -> MoEForCausalLM:
 
 
 @torch.no_grad()
-def make_batch(model: MoEForCausalLM, prompts: int, samples: int) -> TrainBatch:
-    """Random prompts and responses, routing and log-probs from the model's own forward (as an engine records them)."""
+def make_batch(
+    model: MoEForCausalLM, prompts: int, samples: int, response_lengths: list[int] | None = None
+) -> TrainBatch:
+    """Random prompts and responses, routing and log-probs from the model's own forward (as an engine records them).
+    Responses are 4-12 tokens unless `response_lengths` gives each sample's."""
     gen = torch.Generator().manual_seed(1)
     cfg = model.config
     spec = RoutingSpec(cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
     out = []
     for i in range(prompts * samples):
         n_prompt = int(torch.randint(10, 17, (1,), generator=gen))
-        n_resp = int(torch.randint(4, 13, (1,), generator=gen))
+        n_resp = int(torch.randint(4, 13, (1,), generator=gen)) if response_lengths is None else response_lengths[i]
         ids = torch.randint(1, VOCAB, (1, n_prompt + n_resp), generator=gen)
         routed = model(ids, capture_routing=True).routed_experts
         lp, _ = model.token_log_probs(ids, None)

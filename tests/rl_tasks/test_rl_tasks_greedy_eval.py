@@ -158,3 +158,29 @@ def test_greedy_tool_episodes_follow_the_layout_the_warmup_trains_on() -> None:
         assert ep.text == "".join(p.text for p in pieces)
         assert ep.num_turns == sum(p.trainable for p in pieces)
     assert evaluate_greedy(oracle, tok, val, task.reward_fn, max_new_tokens=task.max_answer_chars + 1).accuracy == 0.0
+
+
+class _Uncached(torch.nn.Module):
+    """A moe_models model behind a plain module, so greedy decoding takes the uncached per-token forward."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> _Out:
+        return _Out(self.model(input_ids, attention_mask).logits)
+
+
+def test_kv_cached_greedy_of_a_moe_model_equals_the_uncached_forward_per_token() -> None:
+    from moe_models import MoEConfig, MoEForCausalLM
+
+    tok = build_char_tokenizer("0123456789+=")
+    torch.manual_seed(0)
+    model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id))
+    with torch.no_grad():  # a random model rarely emits EOS: make it likelier, so rows finish at different steps
+        model.lm_head.weight[tok.eos_id] *= 3.0
+    prompts = ["1+2=", "31+4=", "9=", "123+45=", "7+7=", "0="]
+    cached = greedy_decode(model, tok, prompts, max_new_tokens=12, batch_size=4)
+    plain = greedy_decode(_Uncached(model), tok, prompts, max_new_tokens=12, batch_size=4)
+    assert cached == plain
+    assert len({len(ids) for ids in cached}) > 1  # rows stopped at different steps (EOS), not all at the budget

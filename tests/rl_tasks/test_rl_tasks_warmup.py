@@ -16,16 +16,20 @@ from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
+from rl_tasks.scratchpad_task import ScratchpadTaskConfig
+from rl_tasks.sort_trace import SortTraceSource
 from rl_tasks.sorting import SortSource
 from rl_tasks.task import Piece, answer_demonstration
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 from rl_tasks.warmup import (
     METADATA_FILE,
     WarmupConfig,
+    accumulate_gradients,
     build_base_model_config,
     build_task_tokenizer,
     encode_training_batch,
     ensure_base_checkpoint,
+    micro_batches,
     train_warmup,
     warmup_key,
 )
@@ -86,6 +90,31 @@ def test_supervised_steps_reduce_answer_loss() -> None:
     assert first is not None and later is not None
     assert first > math.log(tok.vocab_size) - 0.5  # a random model is near uniform
     assert later < first - 0.8
+
+
+def test_micro_batches_keep_a_batch_that_fits_whole_and_split_a_long_tail_by_length() -> None:
+    assert micro_batches([5, 3, 4], budget=15) == [[0, 1, 2]]  # fits: one forward, rows in input order
+    groups = micro_batches([3, 40, 5, 38, 4, 100], budget=80)
+    assert groups == [[5], [1, 3], [2, 4, 0]]  # longest first; a row over the budget alone
+    assert sorted(r for g in groups for r in g) == list(range(6))
+
+
+def test_micro_batched_warmup_gradients_equal_one_whole_batch() -> None:
+    task = ScratchpadTaskConfig(train_size=200, val_size=4, sort=SortTraceSource(max_len=9, length_decay=1.0)).build()
+    tok = build_task_tokenizer(task)
+    cfg = MoEConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, head_dim=16)
+    torch.manual_seed(0)
+    model = MoEForCausalLM(cfg)
+    batch = task.splits.train[:16]
+    grads, losses = [], []
+    for budget in (10**9, 256):  # one padded forward, then length-sorted parts of at most 256 padded tokens
+        model.zero_grad(set_to_none=True)
+        losses.append(accumulate_gradients(model, tok, batch, task, budget))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert len(micro_batches([len(tok.encode(e.prompt)) + 40 for e in batch], 256)) > 2  # really split
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6) and grads[0].keys() == grads[1].keys()
+    for name, whole in grads[0].items():
+        torch.testing.assert_close(grads[1][name], whole, rtol=1e-4, atol=1e-7, msg=name)
 
 
 def test_zero_steps_report_no_loss() -> None:
@@ -166,6 +195,7 @@ def test_every_task_kind_warms_up_and_scores_its_base(tmp_path: Path) -> None:
         "toy": SMALL_TASK.build(),
         "calculator": CalculatorTaskConfig(train_size=200, val_size=6, max_digits=1).build(),
         "dataset": DatasetTaskConfig(train_file=str(data), val_size=6).build(),
+        "scratchpad": ScratchpadTaskConfig(train_size=200, val_size=6, sort=SortTraceSource(max_len=5)).build(),
     }
     for kind, task in tasks.items():
         result = ensure_base_checkpoint(task, FEW_STEPS, tmp_path / kind)

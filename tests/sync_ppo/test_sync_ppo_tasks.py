@@ -1,6 +1,7 @@
 """Every task kind trains two steps of the app: a verl-style dataset file (JSONL with exact match, parquet with the
-GSM8K checker) and the multi-turn calculator task, whose tool observations are appended unsampled (version
-NOT_SAMPLED, so out of the loss) and whose routing rows cover every position across turns."""
+GSM8K checker), the scratchpad task (long traces, the reward on the final answer only) and the multi-turn
+calculator task, whose tool observations are appended unsampled (version NOT_SAMPLED, so out of the loss) and whose
+routing rows cover every position across turns."""
 
 from __future__ import annotations
 
@@ -80,3 +81,23 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
         assert sampled and set(sampled) == {r.step - 1}
         n = len(r.prompt_ids) + len(r.response_ids)
         assert r.routing is not None and len(r.routing) == n - 1 and r.routing.missing(n) == []
+
+
+def test_the_scratchpad_task_trains_on_whole_traces_and_scores_only_the_final_answer(
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig]
+) -> None:
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "scratchpad",
+                      "--task.train_size", "300", "--task.val_size", "8", "--task.sort.max_len", "6",
+                      "--warmup.steps", "30")  # fmt: skip
+    assert cfg.task.kind == "scratchpad" and cfg.rollout.max_new_tokens == 0  # the budget: the longest trace + EOS
+    train(cfg)
+    rows = _steps(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2]
+    records = [r for step in (1, 2) for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")]
+    assert records and max(len(r.response_ids) for r in records) > 12  # traces, not bare answers
+    assert max(len(r.response_ids) for r in records) <= 6 * 9 + 1
+    answered = [r for r in records if ">" in r.response and r.response.rsplit(">", 1)[1]]
+    assert answered, "no response reached its answer: the warm-up base never closed a trace"
+    for r in answered:  # the reward read the text after the last '>', not the whole response
+        assert r.pred == r.response.rsplit(">", 1)[1].strip()
+        assert r.reward == (1.0 if r.pred == r.ground_truth else 0.0)

@@ -17,6 +17,7 @@ from typing import Literal
 
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
+from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
 from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
@@ -127,7 +128,7 @@ class AppWarmupConfig(WarmupConfig):
     steps: int = _help("supervised optimiser steps (0: the random model)", 100)
 
 
-TaskConfig = SortTaskConfig | DatasetTaskConfig | CalculatorTaskConfig
+TaskConfig = SortTaskConfig | ScratchpadTaskConfig | DatasetTaskConfig | CalculatorTaskConfig
 
 
 @dataclass

@@ -1,9 +1,10 @@
-"""Verifiable-reward tasks as components: the toy addition/sorting task, tasks read from verl-style dataset
-files, a multi-turn calculator task, their reward functions, and the `Task` interface the warm-up and the
-rollout consume (`<Kind>TaskConfig.build()` gives a `Task`).
+"""Verifiable-reward tasks as components: the toy addition/sorting task, the scratchpad task (sorting after a
+long-tailed selection-sort trace), tasks read from verl-style dataset files, a multi-turn calculator task, their
+reward functions, and the `Task` interface the warm-up and the rollout consume (`<Kind>TaskConfig.build()` gives a
+`Task`).
 
-Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch and
-moe_models inside their functions.
+Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch, moe_models
+and native_engine inside their functions.
 """
 
 from rl_tasks.addition import ADDITION_SOURCE, AdditionSource
@@ -18,6 +19,8 @@ from rl_tasks.gsm8k import Gsm8kReward, extract_final_answer, normalize_number
 from rl_tasks.loaders import check_dataset_path, load_dataset_file, load_jsonl, load_parquet
 from rl_tasks.model_presets import model_preset_names
 from rl_tasks.reward import RewardFn, RewardResult, RewardStats, ScoredResponse, ScoreStatus, score_safely
+from rl_tasks.scratchpad_task import ScratchpadTaskConfig
+from rl_tasks.sort_trace import SORT_TRACE_SOURCE, FinalAnswerReward, SortTraceSource, sort_trace
 from rl_tasks.sorting import SORT_SOURCE, SortSource
 from rl_tasks.task import Piece, Task, TaskBuilder, TaskSplits, ToolEnv
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
@@ -26,6 +29,7 @@ __all__ = [
     "ADDITION_SOURCE",
     "CALCULATOR_SOURCE",
     "SORT_SOURCE",
+    "SORT_TRACE_SOURCE",
     "AdditionSource",
     "CalculatorEnv",
     "CalculatorReward",
@@ -33,6 +37,7 @@ __all__ = [
     "ChatMessage",
     "DatasetTaskConfig",
     "ExactMatchReward",
+    "FinalAnswerReward",
     "Gsm8kReward",
     "Piece",
     "RewardByDataSource",
@@ -41,7 +46,9 @@ __all__ = [
     "RewardStats",
     "ScoreStatus",
     "ScoredResponse",
+    "ScratchpadTaskConfig",
     "SortSource",
+    "SortTraceSource",
     "Task",
     "TaskBuilder",
     "TaskExample",
@@ -58,5 +65,6 @@ __all__ = [
     "model_preset_names",
     "normalize_number",
     "score_safely",
+    "sort_trace",
     "toy_reward_fn",
 ]

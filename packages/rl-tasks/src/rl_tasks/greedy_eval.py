@@ -1,7 +1,11 @@
-"""Greedy accuracy of a causal LM on task examples, with the plain uncached forward (no engine).
+"""Greedy accuracy of a causal LM on task examples.
 
-Prompts are encoded as `[bos] + encode(prompt)`; the model must emit the answer then EOS. Contexts are
-batched by length, so no batch holds padding and every row uses the same positions as at training time.
+Prompts are encoded as `[bos] + encode(prompt)`; the model must emit the answer then EOS. A `moe_models` model
+decodes over a KV cache with the native engine's cached forward (`native_engine.decode.CachedModel`: no
+scheduler, no sampling): contexts of any lengths decode together, each prefilled once at its own positions,
+and each step feeds only the rows that have not emitted EOS, so the cost grows with the tokens generated, not
+with the square of the longest response. Any other causal LM re-runs its plain forward per token over batches
+of equal-length contexts (no padding, the same positions as at training time).
 With a tool, each finished turn (its tokens, EOS included when emitted) is followed by the tool's observation
 and the next turn is decoded from there, up to the tool's `max_turns`; the last turn gets no observation.
 torch is imported lazily (the package's other modules stay torch-free).
@@ -75,16 +79,70 @@ def _greedy_batch(
     return out
 
 
+def _greedy_chunk(
+    model: torch.nn.Module, contexts: Sequence[list[int]], max_new_tokens: int, eos_id: int
+) -> list[list[int]]:
+    """Greedy continuations of `contexts` (any lengths) decoded together over a KV cache (the native engine's
+    cached forward): each context is prefilled once, then each step feeds only the rows still running. Returns
+    each row's generated ids up to and including its first EOS (all `max_new_tokens` when it emitted none)."""
+    import torch
+    from native_engine.decode import CachedModel, KVCache
+
+    device = next(model.parameters()).device
+    cached = CachedModel(model)  # type: ignore[arg-type]
+    width = max(len(c) for c in contexts) + max_new_tokens
+    cache = KVCache(model.config, num_slots=len(contexts), max_len=width, device=device)  # type: ignore[arg-type]
+    flat = torch.tensor([t for c in contexts for t in c], dtype=torch.long, device=device)
+    logits, _ = cached.forward(flat, torch.arange(len(contexts)), [len(c) for c in contexts], cache)  # [S, V]
+    out: list[list[int]] = [[] for _ in contexts]
+    active = list(range(len(contexts)))
+    for step in range(max_new_tokens):
+        still = []
+        for row, token in zip(active, logits.argmax(dim=-1).tolist(), strict=True):
+            out[row].append(int(token))
+            if token != eos_id:
+                still.append(row)
+        active = still
+        if not active or step == max_new_tokens - 1:
+            break
+        last = torch.tensor([out[r][-1] for r in active], dtype=torch.long, device=device)
+        logits, _ = cached.forward(last, torch.tensor(active), [1] * len(active), cache)
+    return out
+
+
+def _cached_contexts(
+    model: torch.nn.Module, contexts: Sequence[list[int]], *, max_new_tokens: int, eos_id: int, batch_size: int
+) -> list[list[int]]:
+    import torch
+
+    out: list[list[int]] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(contexts), batch_size):
+                out += _greedy_chunk(model, contexts[start : start + batch_size], max_new_tokens, eos_id)
+    finally:
+        model.train(was_training)
+    return out
+
+
 def _greedy_contexts(
     model: torch.nn.Module, contexts: Sequence[list[int]], *, max_new_tokens: int, eos_id: int, batch_size: int
 ) -> list[list[int]]:
-    """Greedy continuation of each context (EOS included when emitted), in input order."""
+    """Greedy continuation of each context (EOS included when emitted), in input order. A `moe_models` model
+    decodes over a KV cache (`_greedy_chunk`); any other causal LM (`model(ids, mask).logits`) re-runs its
+    uncached forward per token, over batches of equal-length contexts."""
     import torch
 
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError(
             f"greedy_decode: expected max_new_tokens >= 1 and batch_size >= 1, got {max_new_tokens}, {batch_size}"
         )
+    from moe_models import MoEForCausalLM
+
+    if isinstance(model, MoEForCausalLM):
+        return _cached_contexts(model, contexts, max_new_tokens=max_new_tokens, eos_id=eos_id, batch_size=batch_size)
     by_len: dict[int, list[int]] = defaultdict(list)
     for i, ids in enumerate(contexts):
         by_len[len(ids)].append(i)
