@@ -1,9 +1,9 @@
 """apps/sync_ppo and apps/async_ppo against TRL's GRPOTrainer, one after the other in one run on this machine.
 
-Same for all three: the task and reward (the default digit sorting), the starting weights (our cached warm-up
-base, an HF-format Qwen3-MoE checkpoint that transformers loads as `Qwen3MoeForCausalLM`), prompts_per_step x
-samples_per_prompt per optimiser step, max new tokens, temperature, AdamW settings and learning rate, the PPO clip,
-no KL, no entropy bonus, group-normalised advantages and token-mean loss (TRL: `loss_type="dapo"`,
+Same for all three: the task and reward (the default digit sorting, or `--config`'s), the starting weights (our
+cached warm-up base, an HF-format Qwen3-MoE checkpoint that transformers loads as `Qwen3MoeForCausalLM`),
+prompts_per_step x samples_per_prompt per optimiser step, max new tokens, temperature, AdamW settings and learning
+rate, the PPO clip, no KL, no entropy bonus, group-normalised advantages and token-mean loss (TRL: `loss_type="dapo"`,
 `scale_rewards="group"`, `router_aux_loss_coef=0`), and seed. TRL generates with transformers `generate` (no
 vLLM on CPU) and trains in the same process, as its CPU users run it; it lives in its own environment,
 `.trl-env` (the workspace's `trl` group), which this script syncs first (idempotent; the default install never
@@ -17,7 +17,9 @@ Last line: `samples/s sync <r1>x async <r2>x vs trl  val-acc after <n> samples: 
 ratios are ours over TRL's and `ours` is sync_ppo's accuracy (the on-policy recipe TRL's matches; async's is on
 the line above).
 
-Usage: `uv run python benchmarks/vs_trl.py [--steps 20] [--seed 0]`
+Usage: `uv run python benchmarks/vs_trl.py [--steps 20] [--seed 0] [--config configs/longtail.toml --max-staleness 4]`
+(with a recipe file, all three run its task, shape and optimiser; the trainer-only keys, such as
+`backend.experts_kernel`, are ours alone).
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ def build_trl_env() -> Path:
     return TRL_ENV / "bin" / "python"
 
 
-def run_trl(python: Path, steps: int, seed: int, out: Path) -> dict[str, float]:
+def run_trl(python: Path, steps: int, seed: int, out: Path, config: str) -> dict[str, float]:
     """TRL's run in its own process and environment (`benchmarks/trl_grpo.py`); returns its result.json."""
-    flags = ["--run.steps", str(steps), "--run.seed", str(seed)]
+    flags = ["--run.steps", str(steps), "--run.seed", str(seed), *(["--config", config] if config else [])]
     t0 = time.perf_counter()
     subprocess.run([str(python), str(ROOT / "benchmarks" / "trl_grpo.py"), "--out", str(out), "--", *flags],
                    cwd=ROOT, check=True)  # fmt: skip
@@ -70,25 +72,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20, help="optimiser steps of each system")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", default="", help="a recipe file all three run (e.g. configs/longtail.toml)")
+    p.add_argument("--max-staleness", type=int, default=1, help="async_ppo's pipeline.max_staleness")
     args = p.parse_args()
     if args.steps < 2:
         raise SystemExit(f"--steps: expected >= 2 (step 1 is left out of samples/s), got {args.steps}")
     python = build_trl_env()
-    from recipes.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.warmup import ensure_base_checkpoint
     from sync_ppo.cli import parse
 
-    cfg, _ = parse([])
-    base = ensure_base_checkpoint(SortTaskConfig(), AppWarmupConfig(), Path(cfg.run.warmup_cache).resolve())
+    cfg, _ = parse(["--config", args.config] if args.config else [])
+    base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
     n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     ours = argparse.Namespace(steps=args.steps, val_every=args.steps, seed=args.seed, target=2.0,
-                              trainer_threads=1, max_staleness=1)  # fmt: skip
+                              trainer_threads=1, max_staleness=args.max_staleness, config=args.config)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
         sync: Measured = run_sync(ours, Path(tmp), 0)
         print(_row("sync_ppo", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
         asyn: Measured = run_async(ours, Path(tmp), 0)
         print(_row("async_ppo", asyn.samples_per_s, asyn.final_val_acc, asyn.wall_s), flush=True)
-        trl = run_trl(python, args.steps, args.seed, Path(tmp) / "trl")
+        trl = run_trl(python, args.steps, args.seed, Path(tmp) / "trl", args.config)
     print(_row("trl", trl["samples_per_s"], trl["val_acc"], trl["wall_s"]))
     print(f"base (warm-up) greedy val acc: {base.val_accuracy:.3f} (warm-up), {trl['base_acc']:.3f} (evaluate_greedy)")
     print(f"async_ppo val acc after {n} samples: {_fmt(asyn.final_val_acc)}")
