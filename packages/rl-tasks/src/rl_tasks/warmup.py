@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
@@ -60,7 +60,7 @@ class WarmupConfig:
     torch_threads: int | None = field(
         default=1, metadata={"help": "torch threads while warming up (none: leave the process's setting)"}
     )
-    experts_kernel: str = field(
+    experts_kernel: Literal["padded", "looped"] = field(
         default="padded",
         metadata={
             "help": "routed experts under autograd: padded (one zero-padded bmm) or looped (a matmul pair per expert)"
