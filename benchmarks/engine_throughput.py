@@ -6,7 +6,9 @@
     batches of P one after the other, each decoding every row to the batch's longest length. Both sides are
     credited only with the useful tokens (sum of the drawn lengths). `(b1)` is the same with one wave (W = 1):
     nothing waits, so the engine's batch shrinks as rows finish;
-(c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy.
+(c) update: wall time of `pause("keep") -> update_weights(numpy state) -> resume()` with every slot busy;
+(d) prefill: (b)'s W x P prompts with one new token each, so both sides do little but prefill them (the engine in
+    its slots, chunked as its scheduler admits them; `generate` in its W batches); reported in prompt tokens/s.
 Both sides sample at temperature 1 with no top-k/top-p. The native engine runs 1 torch thread (`--threads`); its
 compiled step's C kernels split their work over `--kernel-threads` (that thread and helpers); `generate` is measured
 at each of `--generate-threads` torch threads in every repetition and the faster one is its rate (its best use of
@@ -14,8 +16,8 @@ the same cores). The native engine also computes per-token log-probs and capture
 By default the engine's decode step is compiled (`EngineConfig.compile_decode`, compiled once during the warm-up);
 `--no-compile` measures the eager engine. Each measurement is repeated `--reps` times, the two sides back to back;
 ratios are medians of the per-repetition ratios (robust to the load of a shared machine drifting); ratios by process
-CPU time are printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  update <seconds>s` (ratios = native
-tokens/s over generate tokens/s).
+CPU time are printed too. The last line is `fixed <r_a>x  rl-shaped <r_b>x  prefill <r_d>x  update <seconds>s`
+(ratios = native tokens/s over generate tokens/s).
 With `--vllm`, a vLLM CPU server (`.vllm-env`, scripts/setup_vllm_env.sh) serves the same weights and runs (a)
 and (b) over HTTP in the same repetitions (log-probs and routing capture on; it stops at a sampled EOS, so it is
 credited with the tokens it returned); native/vLLM ratios are printed before the last line.
@@ -126,6 +128,7 @@ class Bench:
     fixed: Workload  # (a): one wave, every row `new_tokens` long
     shaped: Workload  # (b): `waves` waves, drawn lengths
     one_wave: Workload  # (b1): the first wave of (b)
+    prefill: Workload  # (d): (b)'s prompts, one new token each
     pushed: dict[str, np.ndarray]  # the state dict pushed in (c)
 
 
@@ -162,6 +165,7 @@ def build(cfg: BenchConfig) -> Bench:
         fixed=Workload(prompts[: cfg.prompts], [cfg.new_tokens] * cfg.prompts),
         shaped=shaped,
         one_wave=shaped.batches(cfg.prompts)[0],
+        prefill=Workload(prompts, [1] * len(prompts)),
         pushed={k: v * 1.01 if v.dtype.kind == "f" else v for k, v in state_dict_numpy(model).items()},
     )
 
@@ -246,6 +250,7 @@ class Results:
     fixed: list[tuple[Rate, Rate]]
     shaped: list[tuple[Rate, Rate]]
     one_wave: list[tuple[Rate, Rate]]
+    prefill: list[tuple[Rate, Rate]]  # rates in new tokens (one per prompt): x prompt_len for prompt tokens/s
     update: list[float]
     vllm_fixed: list[float]  # vLLM tokens/s (wall), same repetitions; empty without --vllm
     vllm_shaped: list[float]
@@ -277,11 +282,18 @@ def report(b: Bench, r: Results) -> None:
         if peer:
             ratio = statistics.median(n.wall / v for (n, _), v in zip(pairs, peer, strict=True))
             print(f"{name}: vLLM CPU server {statistics.median(peer):.0f} tok/s; native/vLLM {ratio:.2f}x")
+    per_prompt = b.cfg.prompt_len  # (d) credits one token per prompt: scale to the prompt tokens prefilled
+    native = statistics.median(n.wall for n, _ in r.prefill) * per_prompt
+    hf = statistics.median(g.wall for _, g in r.prefill) * per_prompt
+    print(
+        f"(d) prefill, {len(b.prefill.prompts)} prompts x {per_prompt} tokens: native {native:.0f} prompt tok/s, "
+        f"generate {hf:.0f} (wall medians); ratio {r.ratio(r.prefill, 'wall'):.2f}x by wall time"
+    )
     update_ms = 1e3 * statistics.median(r.update)
     print(f"(c) pause(keep) -> update_weights -> resume, {b.cfg.prompts} busy slots: {update_ms:.1f} ms")
     print(
         f"fixed {r.ratio(r.fixed, 'wall'):.2f}x  rl-shaped {r.ratio(r.shaped, 'wall'):.2f}x  "
-        f"update {statistics.median(r.update):.3f}s"
+        f"prefill {r.ratio(r.prefill, 'wall'):.2f}x  update {statistics.median(r.update):.3f}s"
     )
 
 
@@ -338,11 +350,12 @@ def _pair(b: Bench, work: Workload) -> tuple[Rate, Rate]:
 
 
 def run_reps(b: Bench, url: str | None) -> Results:
-    r = Results(fixed=[], shaped=[], one_wave=[], update=[], vllm_fixed=[], vllm_shaped=[])
+    r = Results(fixed=[], shaped=[], one_wave=[], prefill=[], update=[], vllm_fixed=[], vllm_shaped=[])
     for rep in range(b.cfg.reps):
         r.fixed.append(_pair(b, b.fixed))
         r.shaped.append(_pair(b, b.shaped))
         r.one_wave.append(_pair(b, b.one_wave))
+        r.prefill.append(_pair(b, b.prefill))
         if url is not None:
             r.vllm_fixed.append(asyncio.run(vllm_tok_s(url, b.fixed)))
             r.vllm_shaped.append(asyncio.run(vllm_tok_s(url, b.shaped)))
@@ -352,7 +365,8 @@ def run_reps(b: Bench, url: str | None) -> Results:
         print(
             f"rep {rep}: native / generate (its threads) tok/s: fixed {na.wall:.0f} / {ga.wall:.0f} ({ga.threads})   "
             f"rl-shaped {nb.wall:.0f} / {gb.wall:.0f} ({gb.threads})   one wave {n1.wall:.0f} / {g1.wall:.0f} "
-            f"({g1.threads})   update {r.update[-1] * 1e3:.1f} ms{peer}",
+            f"({g1.threads})   prefill {r.prefill[-1][0].wall:.0f} / {r.prefill[-1][1].wall:.0f} prompts/s   "
+            f"update {r.update[-1] * 1e3:.1f} ms{peer}",
             flush=True,
         )
     return r
