@@ -13,7 +13,7 @@ Both run the same recipe (task, warm-up base, prompts_per_step x samples_per_pro
 The last line is `samples/s <async/sync>x  time-to-target <sync/async>x  (<target>)`.
 
 Usage: `uv run python benchmarks/async_vs_sync.py [--steps 30] [--target 0.6] [--reps 1] [--trainer-threads 1]
-[--config configs/longtail.toml --max-staleness 4]`
+[--config configs/longtail.toml --max-staleness 4] [-- app flags for both]`
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured
 def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
     return ["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
             "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),
-            "--run.seed", str(args.seed), *(["--config", args.config] if args.config else [])]  # fmt: skip
+            "--run.seed", str(args.seed), *(["--config", args.config] if args.config else []),
+            *args.flags]  # fmt: skip
 
 
 def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
@@ -106,11 +107,14 @@ def main() -> None:
         "--max-staleness", type=int, default=None, help="async's pipeline.max_staleness (default: the config's)"
     )
     p.add_argument("--config", default="", help="a recipe file both apps run (e.g. configs/longtail.toml)")
+    p.add_argument(
+        "flags", nargs="*", help="app flags for both apps, after `--` (e.g. -- --rollout.samples_per_prompt 8)"
+    )
     args = p.parse_args()
     from rl_tasks.warmup import ensure_base_checkpoint
     from sync_ppo.cli import parse
 
-    cfg, _ = parse(["--config", args.config] if args.config else [])
+    cfg, _ = parse([*(["--config", args.config] if args.config else []), *args.flags])
     ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())  # not timed
     results: list[tuple[Measured, Measured]] = []
     with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as tmp:
