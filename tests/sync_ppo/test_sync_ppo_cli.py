@@ -41,8 +41,8 @@ def test_help_answers_fast_and_never_imports_torch() -> None:
 
 def test_help_lists_every_kind_of_each_tagged_section() -> None:
     out = subprocess.run([sys.executable, str(APP), "--help"], check=True, capture_output=True, text=True).stdout
-    for title in ("task (kind: toy | scratchpad | dataset | calculator)", "rollout.engine (kind: native | vllm | sglang)",
-                  "algorithm (kind: ppo | gspo | decoupled | opd)",
+    for title in ("task (kind: toy | scratchpad | dataset | calculator)",
+                  "rollout.engine (kind: native | vllm | sglang)", "algorithm (kind: ppo | gspo | decoupled | opd)",
                   "backend (kind: torch | veomni | megatron)"):  # fmt: skip
         assert title in out, title
     assert "--algorithm.is_cap" in out and "algorithm.kind: decoupled" in out  # a key of one kind says so
