@@ -22,7 +22,7 @@ from rl_tasks.calculator_env import (
 )
 from rl_tasks.calculator_reward import CalculatorReward
 from rl_tasks.task import Task, TaskSplits
-from rl_tasks.unique_draws import draw_unique
+from rl_tasks.unique_draws import draw_splits
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,7 @@ class CalculatorTaskConfig:
         return CALCULATOR_SOURCE, format_prompt(terms), str(sum(terms))
 
     def build_splits(self) -> TaskSplits:
-        rng = np.random.default_rng(self.seed)
-        taken: set[str] = set()
-        validation = draw_unique("CalculatorTaskConfig", self._draw, rng, "val", self.val_size, taken)
-        train = draw_unique("CalculatorTaskConfig", self._draw, rng, "train", self.train_size, taken)
-        return TaskSplits(train=tuple(train), validation=tuple(validation))
+        return draw_splits("CalculatorTaskConfig", self._draw, self.seed, self.val_size, self.train_size)
 
     def build(self) -> Task:
         env = CalculatorEnv(max_turns=self.max_turns, max_operand_digits=self.max_operand_digits)

@@ -14,7 +14,7 @@ from rl_tasks.dispatch import RewardByDataSource
 from rl_tasks.example import TaskExample
 from rl_tasks.sort_trace import FinalAnswerReward, SortTraceSource, prompt_digits, sort_trace
 from rl_tasks.task import Piece, Task, TaskSplits
-from rl_tasks.unique_draws import draw_unique
+from rl_tasks.unique_draws import draw_splits
 
 
 def trace_demonstration(example: TaskExample) -> tuple[Piece, ...]:
@@ -47,11 +47,7 @@ class ScratchpadTaskConfig:
         return self.sort.name, prompt, answer
 
     def build_splits(self) -> TaskSplits:
-        rng = np.random.default_rng(self.seed)
-        taken: set[str] = set()
-        validation = draw_unique("ScratchpadTaskConfig", self._draw, rng, "val", self.val_size, taken)
-        train = draw_unique("ScratchpadTaskConfig", self._draw, rng, "train", self.train_size, taken)
-        return TaskSplits(train=tuple(train), validation=tuple(validation))
+        return draw_splits("ScratchpadTaskConfig", self._draw, self.seed, self.val_size, self.train_size)
 
     def build(self) -> Task:
         return Task(

@@ -15,7 +15,7 @@ from rl_tasks.dispatch import RewardByDataSource
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.sorting import SortSource
 from rl_tasks.task import Task, TaskSplits, answer_demonstration
-from rl_tasks.unique_draws import draw_unique
+from rl_tasks.unique_draws import draw_splits
 
 __all__ = ["TaskSplits", "ToyTaskConfig", "build_splits", "build_toy_task", "toy_reward_fn"]
 
@@ -89,15 +89,11 @@ def _draw(cfg: ToyTaskConfig, rng: np.random.Generator) -> tuple[str, str, str]:
 
 def build_splits(cfg: ToyTaskConfig) -> TaskSplits:
     """Validation is drawn first, then train from the same seeded stream, skipping validation prompts."""
-    rng = np.random.default_rng(cfg.seed)
-    taken: set[str] = set()
 
     def draw(r: np.random.Generator) -> tuple[str, str, str]:
         return _draw(cfg, r)
 
-    validation = draw_unique("build_splits", draw, rng, "val", cfg.val_size, taken)
-    train = draw_unique("build_splits", draw, rng, "train", cfg.train_size, taken)
-    return TaskSplits(train=tuple(train), validation=tuple(validation))
+    return draw_splits("build_splits", draw, cfg.seed, cfg.val_size, cfg.train_size)
 
 
 def toy_reward_fn(cfg: ToyTaskConfig) -> RewardByDataSource:

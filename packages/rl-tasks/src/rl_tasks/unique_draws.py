@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rl_tasks.example import TaskExample
+from rl_tasks.task import TaskSplits
 
 MAX_DRAWS_PER_EXAMPLE = 100
 
@@ -34,3 +35,12 @@ def draw_unique(
         f"{who}: expected {size} unique {split} prompts, got only {len(out)} after "
         f"{size * MAX_DRAWS_PER_EXAMPLE} draws; the sources' prompt space is too small for this size"
     )
+
+
+def draw_splits(who: str, draw: Draw, seed: int, val_size: int, train_size: int) -> TaskSplits:
+    """Validation first, then train from the same stream seeded by `seed`; no prompt is in both."""
+    rng = np.random.default_rng(seed)
+    taken: set[str] = set()
+    validation = draw_unique(who, draw, rng, "val", val_size, taken)
+    train = draw_unique(who, draw, rng, "train", train_size, taken)
+    return TaskSplits(train=tuple(train), validation=tuple(validation))
