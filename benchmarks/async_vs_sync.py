@@ -13,7 +13,7 @@ Both run the same recipe (task, warm-up base, prompts_per_step x samples_per_pro
 The last line is `samples/s <async/sync>x  time-to-target <sync/async>x  (<target>)`.
 
 Usage: `uv run python benchmarks/async_vs_sync.py [--steps 30] [--target 0.6] [--reps 1] [--trainer-threads 1]
-[--config configs/longtail.toml --max-staleness 4] [-- app flags for both]`
+[--sync-threads 1] [--config configs/longtail.toml --max-staleness 4] [-- app flags for both]`
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
     from sync_ppo.cli import parse
     from sync_ppo.trainer import train
 
-    cfg, _ = parse(_flags(args, root / f"sync-{rep}"))
+    cfg, _ = parse([*_flags(args, root / f"sync-{rep}"), "--run.torch_threads", str(args.sync_threads)])
     t0 = time.perf_counter()
     train(cfg)
     return _measure("sync", root / f"sync-{rep}", args.target, time.perf_counter() - t0)
@@ -103,6 +103,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", choices=("sync-first", "async-first"), default="sync-first")
     p.add_argument("--trainer-threads", type=int, default=1, help="async trainer's torch threads")
+    p.add_argument(
+        "--sync-threads", type=int, default=1,
+        help="sync trainer's torch threads (1: the app's default; 2 lets sync train on both cores, which it has to "
+        "itself while it trains: the fairer baseline on a compute-bound step such as configs/longtail.toml's)",
+    )  # fmt: skip
     p.add_argument(
         "--max-staleness", type=int, default=None, help="async's pipeline.max_staleness (default: the config's)"
     )

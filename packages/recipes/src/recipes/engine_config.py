@@ -3,6 +3,7 @@ Standard library only (`--help` imports it); `build()` imports the engine."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -19,7 +20,9 @@ def _help(text: str, default: object) -> object:
 class EngineSite:
     """Where and what an engine serves: the base checkpoint (an HF folder), the context every call must fit
     (longest prompt + response budget), its sampling seed, a working directory of its own (logs, pushed weights)
-    and its index among the run's engines (rollouter id); `true_on_policy`: `numerics.true_on_policy`."""
+    and its index among the run's engines (rollouter id); `true_on_policy`: `numerics.true_on_policy`;
+    `cpu_threads`: the CPU threads the engine may keep busy (an async rollouter's `ray.rollouter_threads`; 0: every
+    core this process may run on, as in apps/sync_ppo, whose generation and training take turns)."""
 
     checkpoint_dir: str
     max_len: int
@@ -27,6 +30,11 @@ class EngineSite:
     work_dir: str
     index: int = 0
     true_on_policy: bool = False  # numerics.true_on_policy: sample with the invariant forward (native only)
+    cpu_threads: int = 0
+
+    def threads(self) -> int:
+        """`cpu_threads`, or (0) the number of cores this process may run on."""
+        return self.cpu_threads or len(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -46,6 +54,12 @@ class NativeEngineConfig:
         "on the default task (8-token answers: prefill-bound)",
         False,
     )
+    kernel_threads: int = _help(
+        "threads of the compiled decode's C kernels (attention, routed experts; fp32 only); 0: the CPUs the engine "
+        "may use (apps/async_ppo: ray.rollouter_threads, so a rollouter leaves the trainer its core; apps/sync_ppo: "
+        "every core)",
+        0,
+    )
     step_delay_ms: float = _help(
         "throttle: the engine waits this long after each decode step, as a slower model would (tests and demos of "
         "weight pushes landing mid-response on a tiny model); 0: none",
@@ -55,6 +69,8 @@ class NativeEngineConfig:
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"rollout.engine.slots: expected >= 1, got {self.slots}")
+        if isinstance(self.kernel_threads, bool) or not isinstance(self.kernel_threads, int) or self.kernel_threads < 0:
+            raise ValueError(f"rollout.engine.kernel_threads: expected an int >= 0, got {self.kernel_threads!r}")
         if not 0 <= self.step_delay_ms <= 10_000:
             raise ValueError(f"rollout.engine.step_delay_ms: expected 0..10000, got {self.step_delay_ms}")
 
