@@ -32,7 +32,8 @@ def rollouter_specs(s: RunSetup) -> list[RollouterSpec]:
     for rid in range(cfg.ray.num_rollouters):
         work_dir = str(s.run.root / "engine" / f"rollouter-{rid}")
         site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed + rid, work_dir, index=rid,
-                          true_on_policy=cfg.numerics.true_on_policy, cpu_threads=cfg.ray.rollouter_threads)  # fmt: skip
+                          true_on_policy=cfg.numerics.true_on_policy,
+                          cpu_threads=cfg.ray.rollouter_threads)  # fmt: skip
         out.append(RollouterSpec(
             rollouter_id=rid, owner_id=rid, site=site, rollout=r, group=group, task=cfg.task,
             max_inflight_prompts=(1 + cfg.pipeline.max_staleness) * r.prompts_per_step,

@@ -20,8 +20,8 @@ class NativeRolloutEngine:
         self.native = NativeEngine(
             model,
             EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode,
-                         kernel_threads=cfg.kernel_threads or site.threads(), step_delay_ms=cfg.step_delay_ms, cache_dtype=cfg.dtype,
-                         true_on_policy=site.true_on_policy),
+                         kernel_threads=cfg.kernel_threads or site.threads(), step_delay_ms=cfg.step_delay_ms,
+                         cache_dtype=cfg.dtype, true_on_policy=site.true_on_policy),
         )  # fmt: skip
         self.engine: Engine = self.native
 
