@@ -3,11 +3,14 @@ never holds up the trainer (the driver collects each result when it is ready).
 
 `validate(weights, step)` loads exactly the weights of `step` (version `step`), runs the shared validation
 (greedy mean@1 and, when configured, n sampled responses per prompt: mean@n, pass@k, ...), writes
-`validation/<step>.jsonl` itself and returns the metrics only.
+`validation/<step>.jsonl` itself and returns the metrics only. Calls run one at a time, in the order they
+arrive: the driver starts the next validation without waiting for the last (long responses can make one outlast
+`validation.every_steps` trainer steps), and a weight load must never land under a validation in progress.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -42,9 +45,14 @@ class Validator(NodeAware):
             checkpoint_dir,
             EngineConfig(max_slots=VALIDATOR_SLOTS, max_len=max_len, seed=seed, num_threads=torch_threads),
         )
+        self._one_at_a_time = asyncio.Lock()  # FIFO: validations finish in the order the driver started them
 
     async def validate(self, weights: WeightHandle | None, step: int) -> dict[str, float]:
         """`weights` None: validate the weights already loaded (the base model at step 0)."""
+        async with self._one_at_a_time:
+            return await self._validate(weights, step)
+
+    async def _validate(self, weights: WeightHandle | None, step: int) -> dict[str, float]:
         if weights is not None and weights.version != self.engine.weight_version:
             state = await self.sync.fetch_async(weights)
             await self.engine.update_weights(state, weights.version)
