@@ -42,8 +42,8 @@ def _scrambled(base: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tens
             for k, v in base.items()}  # fmt: skip
 
 
-def test_a_validation_started_during_another_waits_and_runs_under_its_own_steps_weights(tmp_path: Path,
-                                                                                        warmup_cache: Path):  # fmt: skip
+def test_a_validation_started_during_another_waits_then_runs_under_its_own_weights(tmp_path: Path,
+                                                                                   warmup_cache: Path):  # fmt: skip
     validator, base = _validator(tmp_path, warmup_cache)
     sync: _LocalFetch = validator.sync  # type: ignore[assignment]
 
