@@ -29,14 +29,16 @@ def _cpu_seconds(argv: list[str]) -> tuple[float, str]:
 
 
 def test_help_answers_fast_and_never_imports_torch() -> None:
-    """`--help` costs well under a second of CPU: at most a numpy import (rl_tasks' config modules import numpy)
-    plus 0.3 s, compared with that peer in the same run."""
+    """`--help` costs little CPU: at most a numpy import (rl_tasks' config modules import numpy) plus 0.3 s, or
+    1.7x that peer where the machine is slow enough that its Python alone takes more (one AVX2 VM: numpy 0.58 s,
+    `--help` 0.86-0.92 s), compared in the same run. A torch import alone costs several numpy imports."""
     probe = "import sys, sync_ppo.cli; assert 'torch' not in sys.modules, 'torch imported before parsing'"
     subprocess.run([sys.executable, "-c", probe], check=True)
     numpy_s, _ = _cpu_seconds([sys.executable, "-c", "import numpy"])
     help_s, out = _cpu_seconds([sys.executable, str(APP), "--help"])
     assert "--rollout.prompts_per_step" in out and "--resume" in out
-    assert help_s < min(1.0, numpy_s + 0.3), f"--help used {help_s:.2f} s of CPU; a bare numpy import {numpy_s:.2f} s"
+    bound = max(numpy_s + 0.3, 1.7 * numpy_s)
+    assert help_s < bound, f"--help used {help_s:.2f} s of CPU, expected < {bound:.2f} (numpy alone: {numpy_s:.2f} s)"
 
 
 def test_help_lists_every_kind_of_each_tagged_section() -> None:

@@ -34,7 +34,12 @@ class EngineSite:
 
     def threads(self) -> int:
         """`cpu_threads`, or (0) the number of cores this process may run on."""
-        return self.cpu_threads or len(os.sched_getaffinity(0))
+        return self.cpu_threads or usable_cores()
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one, as Linux does; else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass
