@@ -8,7 +8,8 @@ draws them). Why it helps: an activation of a whole 8192-token micro-batch ([819
 the L2 cache, so every elementwise op streams from memory; a 2048-token one does, and the looped experts kernel
 skips the zero padding of the batched one.
 
-Run: `uv run python benchmarks/train_step_speed.py [--steps 5]`; the last line prints samples/s after / before.
+Run: `uv run python benchmarks/train_step_speed.py [--steps 5] [--threads 1]`; the last line prints samples/s
+after / before.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def seconds_per_step(batch: TrainBatch, kernel: str, budget: int, steps: int, ma
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=5, help="timed steps per setting (median)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the apps' trainer default)")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     model = make_model()
     shapes = {"default 32x8": (make_batch(model, 32, 8), 12), "long-tail 16x4": (long_tail_batch(model), 305)}
     ratios = []

@@ -85,8 +85,8 @@ def test_two_process_fsdp2_matches_one_process_loss(tmp_path: Path) -> None:
         dp = json.loads((tmp_path / f"r{rank}.json").read_text())
         for step in range(STEPS):
             assert dp[step].keys() == single[step].keys(), (rank, step)
-            # every metric covers the whole batch on every rank (a metric of one rank's rows alone is off by
-            # percents). rel 1e-3: the gradient all-reduce sums in another order than one process, and AdamW
+            # every metric covers the whole batch on every rank, not its own rows alone. rel 1e-3: the gradient
+            # all-reduce sums in another order than one process, and AdamW
             # (lr 1e-2) moves an element whose gradient is rounding noise by ~lr either way, so the later mini-batches'
             # metrics drift; on an AVX2 VM ppo_kl of step 1 was 2.0e-4 off (0.149476 vs 0.149506), the rest <= 9.2e-5
             for key, value in single[step].items():
