@@ -95,11 +95,14 @@ def test_a_failing_weight_push_is_an_error_naming_the_rollouter_and_version(
 def test_responses_in_flight_at_a_push_span_two_versions_with_each_row_from_the_pass_that_sampled_its_token(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig], mode: str
 ) -> None:
-    # A push lands mid-response only if the rollouter is still generating when the trainer finishes a step. Unthrottled,
-    # a step's 24 responses (~8 tokens each, one at a time) took 0.1 s and training one 0.12 s: no push landed
-    # mid-response in 3 of 4 runs. With 10 ms per decode step, generating a step takes ~2 s.
+    # A response spans a push only if it is in flight, with a token sampled before the push and one after. So the
+    # rollouter must be the bottleneck (unthrottled, a step's 24 responses took 0.1 s and training one 0.12 s: no push
+    # landed mid-response in 3 of 4 runs), and more than one response must be in flight: responses are 1-13 tokens,
+    # and with one slot a push that lands while a 1-token response runs spans none (CI saw 0 spanning in 4 steps, and
+    # so did a run under a CPU hog, where training took 4 s a step). With 4 slots and 40 ms per decode step,
+    # generating a step takes ~2 s here; each push after step 2 lands with 4 responses in flight.
     run = tmp_path / mode
-    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "1", "--rollout.engine.step_delay_ms", "10",
+    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "4", "--rollout.engine.step_delay_ms", "40",
                       "--rollout.samples_per_prompt", "6", "--pipeline.pause_mode", mode,
                       "--validation.every_steps", "4"))  # fmt: skip
     spanning = 0
