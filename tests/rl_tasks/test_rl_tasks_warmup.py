@@ -231,3 +231,23 @@ def test_calculator_base_of_the_apps_warmup_length_leaves_room_for_rl(tmp_path: 
     RL has room (at most 60%)."""
     result = ensure_base_checkpoint(CalculatorTaskConfig(), WarmupConfig(steps=100, torch_threads=1), tmp_path)
     assert 0.05 <= result.val_accuracy <= 0.6, result
+
+
+def _base_weights(cfg: WarmupConfig, cache: Path) -> dict[str, torch.Tensor]:
+    model = load_pretrained(ensure_base_checkpoint(SMALL_TASK, cfg, cache).checkpoint_dir)
+    return {name: p.detach() for name, p in model.state_dict().items()}
+
+
+def test_a_float64_warmup_reaches_one_float32_base_whichever_kernel_sums_the_gradients(tmp_path: Path) -> None:
+    """The padded and looped expert kernels sum in different orders, as two CPUs' kernels do. Training grows
+    that rounding step by step: in float32 the two bases already differ by ~1e-5 after 6 steps (by up to 0.08
+    after the default 150); in float64 they round to the same float32 weights (an ulp here and there)."""
+    spread = {}
+    for dtype in ("float64", "float32"):
+        configs = [WarmupConfig(steps=6, examples_per_step=16, lr_warmup_steps=0, torch_threads=1, dtype=dtype,
+                                experts_kernel=kernel) for kernel in ("padded", "looped")]  # fmt: skip
+        padded, looped = (_base_weights(c, tmp_path / dtype / c.experts_kernel) for c in configs)
+        assert all(w.dtype == torch.float32 for w in padded.values())  # saved as float32 either way
+        spread[dtype] = max(float((padded[k] - looped[k]).abs().max()) for k in padded)
+    assert spread["float64"] < 1e-7, spread  # at most an ulp of a weight near 1 (0.0 when measured)
+    assert spread["float32"] > 1e-6, spread  # 1.5e-5 when measured

@@ -15,7 +15,8 @@ EXPERTS_KERNELS: tuple[ExpertsKernel, ...] = ("padded", "looped")
 
 
 class TopKRouter(nn.Module):
-    """Softmax over expert logits (float32), top-k, optional renormalisation of the k weights."""
+    """Softmax over expert logits (float32; float64 for float64 input), top-k, optional renormalisation of the k
+    weights."""
 
     def __init__(self, config: MoEConfig) -> None:
         super().__init__()
@@ -35,7 +36,7 @@ class TopKRouter(nn.Module):
         current probabilities at the chosen ids, so under replay the router still receives gradients.
         """
         logits = F.linear(h, self.weight)  # [N, E]
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         ids = torch.topk(probs, self.top_k, dim=-1).indices  # [N, K]
         if replay_ids is not None:
             if replay_mask is None:

@@ -27,8 +27,9 @@ def rotary_tables(
     positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`RotaryEmbedding.forward` as a function of tensors: positions int64 [...], inv_freq [head_dim / 2] ->
-    cos, signed_sin [..., head_dim] in `dtype`."""
-    freqs = positions[..., None].float() * inv_freq.float()
+    cos, signed_sin [..., head_dim] in `dtype`, computed in float32 (float64 for a float64 `dtype`)."""
+    wide = torch.promote_types(dtype, torch.float32)
+    freqs = positions[..., None].to(wide) * inv_freq.to(wide)
     emb = torch.cat((freqs, freqs), dim=-1)
     sin = emb.sin().to(dtype)
     half = sin.shape[-1] // 2

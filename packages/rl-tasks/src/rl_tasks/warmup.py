@@ -47,7 +47,15 @@ class WarmupConfig:
     length-sorted micro-batches with the same gradient (to float rounding), so long-tailed demonstrations do not
     all pad to the longest; a step that fits runs whole, exactly as without the setting. `experts_kernel` is
     the routed experts' autograd kernel (`moe_models.set_experts_kernel`); it changes results at float rounding
-    only, and `looped` is ~1.7x faster on the scratchpad task's long demonstrations."""
+    only; `looped` is ~1.7x faster on the scratchpad task's long demonstrations and 1.35x on the sorting task in
+    float64 (the apps' 100 steps: 37 vs 50 s on an AVX-512 VM).
+
+    `dtype` is the precision the warm-up trains in; the checkpoint is always saved (and scored) in float32.
+    float64 makes the base the same on every CPU: two CPUs whose kernels sum in different orders (AVX2 vs AVX-512,
+    another BLAS blocking) round the same forward differently, and training grows that rounding step by step. In
+    float32 the apps' bases scored 41-53% greedy accuracy for one seed on three VMs; in float64 rounding
+    starts ~1e-9 times smaller, and two differently-summed runs (the padded and looped kernels) end within an
+    ulp of float32 of each other (docs/numerics.md)."""
 
     steps: int = field(default=150, metadata={"help": "supervised optimiser steps (0: the random model)"})
     examples_per_step: int = field(default=64, metadata={"help": "training examples per step"})
@@ -61,7 +69,7 @@ class WarmupConfig:
         default=1, metadata={"help": "torch threads while warming up (none: leave the process's setting)"}
     )
     experts_kernel: Literal["padded", "looped"] = field(
-        default="padded",
+        default="looped",
         metadata={
             "help": "routed experts under autograd: padded (one zero-padded bmm) or looped (a matmul pair per expert)"
         },
@@ -69,6 +77,10 @@ class WarmupConfig:
     micro_batch_tokens: int = field(
         default=4096,
         metadata={"help": "padded tokens (rows x longest row) per forward; a larger step runs in length-sorted parts"},
+    )
+    dtype: Literal["float64", "float32"] = field(
+        default="float64",
+        metadata={"help": "precision of the warm-up's training (float64: one base on every CPU); saved as float32"},
     )
 
     def __post_init__(self) -> None:
@@ -82,6 +94,8 @@ class WarmupConfig:
             raise ValueError(f"WarmupConfig: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"WarmupConfig.torch_threads: expected None or >= 1, got {self.torch_threads}")
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"warmup.dtype: expected 'float64' or 'float32', got {self.dtype!r}")
         if self.experts_kernel not in ("padded", "looped"):
             raise ValueError(f"warmup.experts_kernel: expected 'padded' or 'looped', got {self.experts_kernel!r}")
         presets = model_preset_names()
@@ -231,7 +245,7 @@ def accumulate_gradients(
     loss_sum = 0.0
     for group in micro_batches([len(ids) for ids, _ in rows], budget):
         ids, attn, loss_mask = pad_rows([rows[i] for i in group], tokenizer.pad_id)
-        logits = model(ids, attn).logits[:, :-1].float()  # [b, T-1, V]
+        logits = model(ids, attn).logits[:, :-1]  # [b, T-1, V], in the model's dtype (float32 or float64)
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [b, T-1]
         loss = (nll * loss_mask).sum() / total
         loss.backward()
@@ -272,10 +286,11 @@ def _build(task: Task, warmup: WarmupConfig, key: str, out_dir: Path) -> WarmupR
     tokenizer = build_task_tokenizer(task)
     model_config = build_base_model_config(task, warmup, tokenizer)
     torch.manual_seed(warmup.seed)
-    model = MoEForCausalLM(model_config)
+    model = MoEForCausalLM(model_config)  # initialised in float32, so both dtypes start from the same weights
     set_experts_kernel(model, warmup.experts_kernel)
     t0 = time.perf_counter()
-    final_loss = train_warmup(model, tokenizer, task, warmup)
+    final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), tokenizer, task, warmup)
+    model = model.float()
     train_wall_s = time.perf_counter() - t0
     ev = evaluate_greedy(
         model,
