@@ -1,7 +1,7 @@
 """The torch backend's `train_step` before and after its two speed settings, on the same batches in one run.
 
-"before" is the apps' default trainer (`backend.experts_kernel padded`, `train.micro_batch_tokens 8192`), "after"
-the long-tail recipe's (`configs/longtail.toml`: `looped`, `2048`). Two batches of the tiny preset with router
+"before" is the apps' earlier default trainer (`backend.experts_kernel padded`, `train.micro_batch_tokens 8192`),
+"after" today's defaults (`looped`, `2048`). Two batches of the tiny preset with router
 replay and the mismatch sample on: the default task's shape (32 prompts x 8 samples, prompts of 10-16 tokens,
 responses of 4-12) and the long-tail shape (16 x 4, responses of 10-304 tokens drawn as `configs/longtail.toml`
 draws them). Why it helps: an activation of a whole 8192-token micro-batch ([8192, 128] fp32, 4 MiB) does not fit

@@ -11,9 +11,10 @@ Both apps run as a user runs them (`python apps/<app> ...`, a subprocess). Rows 
 writes a step's validation as a line of its own, whenever it is ready), so line order does not matter. Every
 recorded key must be present with an identical value; keys added later are allowed.
 
-The values depend on the CPU's float rounding (the warm-up base itself differs between CPU types), so each
-golden file records the SHA-256 of the warm-up base it was measured from. On a machine whose base differs the
-test is skipped with both hashes: nothing can be compared there. Regenerate (only for an intended change of
+The values depend on the CPU's float rounding: the RL steps run in float32, and the warm-up base, trained in
+float64, is the same on every CPU only up to an ulp in a few thousand of its 1.4M weights. So each golden file
+records the SHA-256 of the warm-up base it was measured from; on a machine whose base differs the test is
+skipped with both hashes: nothing can be compared there. Regenerate (only for an intended change of
 numbers): `MOE_RL_UPDATE_GOLDEN=1 uv run pytest tests/apps/test_apps_golden.py`.
 """
 
