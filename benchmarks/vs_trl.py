@@ -84,8 +84,10 @@ def main() -> None:
     cfg, _ = parse(["--config", args.config] if args.config else [])
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
     n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    # async_vs_sync's own arguments; both apps' trainers at their default of one thread
     ours = argparse.Namespace(steps=args.steps, val_every=args.steps, seed=args.seed, target=2.0, trainer_threads=1,
-                              max_staleness=args.max_staleness, config=args.config, flags=[])  # fmt: skip
+                              sync_threads=1, max_staleness=args.max_staleness, config=args.config,
+                              flags=[])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
         sync: Measured = run_sync(ours, Path(tmp), 0)
         print(_row("sync_ppo", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
