@@ -153,6 +153,7 @@ def build(cfg: BenchConfig) -> Bench:
         compile_decode=cfg.compile_decode,
         kernel_threads=cfg.kernel_threads,
         decode_burst=cfg.decode_burst,
+        step_threads=cfg.threads,
     )
     rng = np.random.default_rng(cfg.seed)
     prompts = rng.integers(0, cfg.vocab_size, size=(cfg.waves * cfg.prompts, cfg.prompt_len)).tolist()

@@ -47,6 +47,13 @@ class EngineConfig:
     admission_batch: int | None = None
     eos_token_ids: tuple[int, ...] | None = None  # None: the model config's eos_token_id; () never stops on EOS
     num_threads: int | None = None  # torch intra-op threads, PROCESS-WIDE (set when the engine is built); None: keep
+    # Torch intra-op threads of the engine's own step thread (`native_engine.step_thread`: model steps and weight
+    # loads), whatever the process's count; None: the process's when the thread starts. 1: the compiled step's C
+    # kernels run threads of their own (kernel_threads), and the eager step's ops are too small to gain from a
+    # second OpenMP thread; with the process at 2 (a trainer in the same process), decode ran 3.4x and that
+    # trainer's step 1.8x slower with this thread at 2 than at 1 (step_thread.py). Results do not depend on it
+    # beyond float rounding.
+    step_threads: int | None = 1
     seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
     # A throttled engine: the worker waits this long after each step of a decode burst (a pause, abort or new call
     # cuts the wait short), as a slower model would take. For tests and demos that need weight pushes to land
@@ -65,8 +72,10 @@ class EngineConfig:
                 object.__setattr__(self, name, max(1, self.max_slots // 8))
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name}: expected an int >= 1, got {value!r}")
-        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
-            raise ValueError(f"EngineConfig.num_threads: expected None or an int >= 1, got {self.num_threads!r}")
+        for name in ("num_threads", "step_threads"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"EngineConfig.{name}: expected None or an int >= 1, got {value!r}")
         if (
             isinstance(self.step_delay_ms, bool)
             or not isinstance(self.step_delay_ms, int | float)

@@ -19,6 +19,7 @@ from native_engine.metrics import EngineMetrics, MetricsRecorder
 from native_engine.request import Request, RequestStatus
 from native_engine.runner import ModelRunner, StepOutput, apply_chunk, apply_step, build_step_input
 from native_engine.scheduler import Scheduler, StepPlan
+from native_engine.step_thread import StepThread
 from native_engine.weights import WeightSource, read_state
 
 PauseMode = Literal["abort", "keep", "wait"]
@@ -33,11 +34,12 @@ class NativeEngine:
     """Continuous batching over a slot KV cache, with abort, pause ("abort" | "keep" | "wait") and weight pushes.
 
     Concurrency model: all bookkeeping runs on the event loop; each model step (prefill of newly admitted prompts
-    plus one decode token for every running request) runs in a worker thread under `torch.inference_mode()`, so
-    the loop stays responsive. A background step-loop task starts on the running loop when there is work and
-    exits when there is none; a new event loop (e.g. `asyncio.run` per test) is picked up automatically once the
-    previous one is closed. Aborted calls return at once with the tokens and routing rows they have; a step that
-    was running for them finishes in the background and its output for them is dropped.
+    plus one decode token for every running request) runs in the engine's step thread (`EngineConfig.step_threads`
+    torch threads) under `torch.inference_mode()`, so the loop stays responsive. A background step-loop task
+    starts on the running loop when there is work and exits when there is none; a new event loop (e.g.
+    `asyncio.run` per test) is picked up automatically once the previous one is closed. Aborted calls return at
+    once with the tokens and routing rows they have; a step that was running for them finishes in the background
+    and its output for them is dropped.
 
     Pause modes (vLLM AsyncLLM's): "abort" ends every queued and in-flight call with `stop_reason=abort`; "keep"
     freezes in-flight calls with their KV cache, and after `resume()` they continue under the weights then loaded
@@ -53,6 +55,7 @@ class NativeEngine:
             raise ValueError(f"NativeEngine: expected either config or knobs, got both (knobs {sorted(knobs)})")
         self.config = config if config is not None else EngineConfig(**knobs)  # type: ignore[arg-type]
         self._runner = ModelRunner(model, self.config, version=weight_version)
+        self._step_thread = StepThread(self.config.step_threads)  # runs every model step and weight load
         eos = self.config.eos_token_ids
         if eos is None:
             model_eos = model.config.eos_token_id
@@ -213,7 +216,7 @@ class NativeEngine:
         if isinstance(version, bool) or not isinstance(version, int) or version < self.weight_version:
             raise ValueError(f"update_weights: expected an int version >= {self.weight_version}, got {version!r}")
         loaded = await asyncio.to_thread(read_state, state)
-        await asyncio.to_thread(self._runner.load_weights, loaded, version)
+        await self._step_thread.run(self._runner.load_weights, loaded, version)
 
     async def close(self) -> None:
         """Aborts every call and waits for the step in flight; the engine can be used again afterwards."""
@@ -315,7 +318,7 @@ class NativeEngine:
                                         self.config.step_delay_ms / 1000)  # fmt: skip
                 self._in_step = True
                 try:
-                    outputs = await asyncio.to_thread(self._runner.execute, step, self._deliverer(plan))
+                    outputs = await self._step_thread.run(self._runner.execute, step, self._deliverer(plan))
                 except Exception as exc:  # the step's calls fail with the model's error; the engine goes on
                     for request in plan.requests:
                         if request.is_live:

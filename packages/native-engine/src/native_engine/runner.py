@@ -1,8 +1,9 @@
 """ModelRunner: the model, its cached forward (`decode.CachedModel`, which holds the decode state), its slot KV
 cache and the weight version; runs one step (forward + sampling).
 
-`execute` and `load_weights` run on worker threads (torch releases the GIL) and are serialised by one lock, so a
-weight push never overlaps a forward pass, even one left running by an event loop that was closed.
+`execute` and `load_weights` run on the engine's step thread (`native_engine.step_thread`; torch releases the GIL)
+and are serialised by one lock as well, so a weight push never overlaps a forward pass, even one left running by
+an event loop that was closed.
 """
 
 from __future__ import annotations

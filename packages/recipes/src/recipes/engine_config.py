@@ -44,8 +44,10 @@ def usable_cores() -> int:
 
 @dataclass
 class NativeEngineConfig:
-    """The embedded engine (`native_engine`): continuous batching in the owning process (it uses that process's
-    torch threads), weights loaded in place."""
+    """The embedded engine (`native_engine`): continuous batching in the owning process, weights loaded in place.
+    Its model steps run on a thread of their own at `EngineSite.cpu_threads` torch threads (an async rollouter's
+    `ray.rollouter_threads`; 1 in apps/sync_ppo, whatever the trainer's `run.torch_threads`: two OpenMP teams of 2
+    sharing 2 cores slowed both, see `native_engine.step_thread`)."""
 
     kind: Literal["native"] = "native"
     slots: int = _help("KV-cache slots (sequences decoded together)", 256)
