@@ -40,7 +40,7 @@ class RunConfig:
     seed: int = _help("seeds prompt order, sampling and the trainer", 0)
     checkpoint_every: int = _help("save a checkpoint every k steps (0: only at the end)", 10)
     keep_checkpoints: int = _help("complete checkpoints kept on disk (oldest deleted first)", 2)
-    torch_threads: int = _help("torch intra-op threads of the trainer (1 is fastest for tiny models on a shared CPU)",
+    torch_threads: int = _help("torch intra-op threads of the trainer (a native engine steps at its own count)",
                                1)  # fmt: skip
     warmup_cache: str = _help("directory of cached warm-up base checkpoints", ".cache/warmup")
     progress: bool = _help("show the progress bar", True)
