@@ -70,6 +70,47 @@ def test_looped_kernel_matches_padded_in_output_and_every_gradient() -> None:
     assert results[1][3][5].abs().max() == 0  # expert 5 has no token: no gradient on either path
 
 
+def _indexed_reference(experts: Experts, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The looped kernel written with per-expert indexing (its earlier form)."""
+    out, start = [], 0
+    for e, n in enumerate(counts.tolist()):
+        if n:
+            gate, up = (x[start : start + n] @ experts.gate_up_proj[e].T).chunk(2, dim=-1)
+            out.append((F.silu(gate) * up) @ experts.down_proj[e].T)
+            start += n
+    return torch.cat(out)
+
+
+def test_looped_kernel_equals_per_expert_indexing_bit_for_bit_with_gradients() -> None:
+    experts, h, ids, _ = _case(3)
+    counts = torch.bincount(ids.reshape(-1), minlength=experts.num_experts)
+    x0 = h.index_select(0, torch.argsort(ids.reshape(-1), stable=True) // ids.shape[1])
+    results = []
+    for fn in (experts._looped, lambda x, c: _indexed_reference(experts, x, c)):
+        experts.zero_grad()
+        x = x0.clone().requires_grad_(True)
+        out = fn(x, counts)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out, x.grad, experts.gate_up_proj.grad.clone(), experts.down_proj.grad.clone()])
+    for looped, indexed in zip(*results, strict=True):
+        assert torch.equal(looped, indexed)
+
+
+def test_looped_kernel_backward_zero_fills_less_than_one_copy_of_the_weights() -> None:
+    from math import prod
+
+    from torch.profiler import profile
+
+    experts, h, ids, weights = _case(4)
+    experts.autograd_kernel = "looped"
+    out = experts(h.clone().requires_grad_(True), ids, weights)
+    with profile(record_shapes=True) as prof:
+        out.sum().backward()
+    filled = sum(prod(e.input_shapes[0]) for e in prof.events() if e.name == "aten::fill_")
+    # indexing expert by expert zero-filled a whole copy of each weight (and of the input) per used expert (5 here)
+    assert 0 < filled < experts.gate_up_proj.numel() + experts.down_proj.numel()
+
+
 def test_set_experts_kernel_reaches_every_layer_and_rejects_unknown_kernels() -> None:
     from moe_models import set_experts_kernel
 
