@@ -25,7 +25,7 @@ def _leaves(table: dict, prefix: str = "") -> dict[str, object]:
 
 
 def test_there_are_recipe_files() -> None:
-    assert [p.name for p in CONFIGS] == ["longtail.toml", "opd.toml"]
+    assert [p.name for p in CONFIGS] == ["longtail.toml", "longtail_small_steps.toml", "opd.toml"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
