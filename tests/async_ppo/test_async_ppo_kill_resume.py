@@ -13,9 +13,12 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from async_ppo.ledger import LedgerState
 from async_ppo_helpers import TINY, trained_prompt_indices
 from run_logging import read_metrics
+
+pytestmark = pytest.mark.slow
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "async_ppo"
 STEPS = 12
