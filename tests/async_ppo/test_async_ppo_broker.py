@@ -121,9 +121,26 @@ def test_take_excludes_too_stale_group_and_its_prompt_runs_again_before_new_ones
         assert await lease_indices(broker, 1, 2) == [2, 4]
         assert await finish(broker.complete(group(2, 1, 1)))
         groups, excluded = await finish(blocked)
-        assert [g.index for g in groups] == [2, 3] and excluded == [2]
+        assert [g.index for g in groups] == [2, 3] and [(g.index, g.min_version) for g in excluded] == [(2, 0)]
+        assert excluded[0].response_lengths == (2,)
         assert groups[0].rollouter == 1
         assert broker.stats().counters == LedgerCounters(leased=6, trained=4, excluded_stale=1)
+
+    asyncio.run(scenario())
+
+
+def test_without_rerun_a_group_older_than_the_bound_is_taken_in_its_place_and_nothing_runs_again() -> None:
+    async def scenario() -> None:
+        broker = Broker(prompts_per_step=2, max_staleness=1, capacity=4, served_version=0, rerun_stale=False)
+        assert await lease_indices(broker, 0, 4) == [0, 1, 2, 3]
+        for i in (0, 1):
+            assert await finish(broker.complete(group(i, 0, 0)))
+        await finish(broker.take(2, trainer_version=0))
+        assert await finish(broker.complete(group(2, 0, 0)))  # staleness 2 at trainer version 2: beyond the bound
+        assert await finish(broker.complete(group(3, 0, 1)))
+        groups, excluded = await finish(broker.take(2, trainer_version=2))
+        assert [g.index for g in groups] == [2, 3] and excluded == []
+        assert broker.stats().counters == LedgerCounters(leased=4, trained=4)
 
     asyncio.run(scenario())
 
@@ -139,7 +156,7 @@ def test_excluding_a_stale_group_wakes_a_lease_blocked_on_admission() -> None:
         assert not take.done()
         assert await finish(broker.complete(group(0, 1, 1)))
         groups, excluded = await finish(take)
-        assert [(g.index, g.rollouter) for g in groups] == [(0, 1)] and excluded == [0]
+        assert [(g.index, g.rollouter) for g in groups] == [(0, 1)] and [g.index for g in excluded] == [0]
 
     asyncio.run(scenario())
 

@@ -3,7 +3,16 @@
 import json
 
 import pytest
-from run_logging import MetricsLog, Panel, Progress, RunDir, plot_histogram, plot_metrics, read_metrics
+from run_logging import (
+    MetricsLog,
+    Panel,
+    Progress,
+    RunDir,
+    plot_histogram,
+    plot_histograms,
+    plot_metrics,
+    read_metrics,
+)
 
 
 def test_run_dir_layout(tmp_path):
@@ -63,6 +72,28 @@ def test_plot_has_one_line_per_matching_metric(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     hist = plot_histogram([0, 1, 1, 2], tmp_path / "h.png", title="staleness", xlabel="versions")
     assert hist.exists()
+
+
+def test_overlaid_histograms_draw_every_non_empty_series_and_say_no_data_when_all_are_empty(tmp_path):
+    import matplotlib.pyplot as plt
+
+    drawn: list[str] = []
+    real_hist = plt.Axes.hist
+
+    def spy(self, x, *args, **kwargs):
+        drawn.append(kwargs["label"])
+        assert abs(sum(kwargs["weights"]) - 1.0) < 1e-9  # each series normalised to its share
+        return real_hist(self, x, *args, **kwargs)
+
+    plt.Axes.hist = spy
+    try:
+        series = {"trained": [5, 5, 40], "excluded": [40, 40], "none": []}
+        png = plot_histograms(series, tmp_path / "l.png", title="lengths", xlabel="tokens")
+        empty = plot_histograms({"trained": []}, tmp_path / "e.png", title="lengths", xlabel="tokens")
+    finally:
+        plt.Axes.hist = real_hist
+    assert drawn == ["trained (n=3, mean 16.7)", "excluded (n=2, mean 40.0)"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and empty.exists()
 
 
 def test_progress_shows_latest_values(tmp_path):

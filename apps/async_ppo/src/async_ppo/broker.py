@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from recipes.ray_node import NodeAware
 
-from async_ppo.group import FinishedGroup
+from async_ppo.group import ExcludedGroup, FinishedGroup
 from async_ppo.ledger import LedgerCounters, LedgerState, PromptLedger, PromptTicket, TicketStatus
 
 
@@ -36,11 +36,23 @@ class BrokerStats:
 
 
 class Broker(NodeAware):
-    def __init__(self, prompts_per_step: int, max_staleness: int, capacity: int, served_version: int,
-                 state: LedgerState | None = None) -> None:  # fmt: skip
+    """`rerun_stale`: a ready group older than the staleness bound runs again (`pipeline.staleness_policy rerun`);
+    else every finished group is trained, its stale tokens corrected by the trainer."""
+
+    def __init__(
+        self,
+        prompts_per_step: int,
+        max_staleness: int,
+        capacity: int,
+        served_version: int,
+        state: LedgerState | None = None,
+        *,
+        rerun_stale: bool = True,
+    ) -> None:
         if capacity < prompts_per_step:
             raise ValueError(f"Broker: expected capacity >= prompts_per_step ({prompts_per_step}), got {capacity}")
         self.ledger: PromptLedger[FinishedGroup] = PromptLedger(prompts_per_step, max_staleness, state)
+        self.rerun_stale = rerun_stale
         self.capacity = capacity
         self.served_version = served_version
         self.stopped = False
@@ -68,17 +80,19 @@ class Broker(NodeAware):
             self._changed.notify_all()
             return accepted
 
-    async def take(self, n: int, trainer_version: int) -> tuple[list[FinishedGroup], list[int]]:
-        """The `n` lowest-index ready groups whose oldest token is at most max_staleness versions older than
-        `trainer_version`; too-stale ready groups are sent to run again. Returns (groups, excluded indices).
-        `n` must be in [1, capacity]: more could never be ready at once (`complete` blocks at capacity)."""
+    async def take(self, n: int, trainer_version: int) -> tuple[list[FinishedGroup], list[ExcludedGroup]]:
+        """The `n` lowest-index ready groups; with `rerun_stale`, only those whose oldest token is at most
+        max_staleness versions older than `trainer_version`, the too-stale ones sent to run again. Returns (groups,
+        the groups excluded meanwhile). `n` must be in [1, capacity]: more could never be ready at once
+        (`complete` blocks at capacity)."""
         if not 1 <= n <= self.capacity:
             raise ValueError(f"Broker.take: expected 1 <= n <= capacity ({self.capacity}), got {n}")
-        excluded: list[int] = []
+        excluded: list[ExcludedGroup] = []
         async with self._changed:
             while True:
-                excluded += self.ledger.exclude_stale(trainer_version)
-                if excluded:
+                if self.rerun_stale and (stale := self.ledger.stale_ready(trainer_version)):
+                    excluded += [ExcludedGroup.of(g) for _, g in stale]
+                    self.ledger.exclude_stale(trainer_version)
                     self._changed.notify_all()
                 if self.ledger.num_ready >= n or self.stopped:
                     break

@@ -25,6 +25,13 @@ class PipelineConfig:
     max_staleness: int = _help(
         "max age in weight versions of the oldest token of a trained sample (0: synchronous training)", 1
     )
+    staleness_policy: Literal["correct", "rerun"] = _help(
+        "a finished group with tokens older than max_staleness versions: `correct` trains it, each token beyond the "
+        "bound with the truncated behaviour weight min(pi_prox / mu, stale_is_cap) and its trust region at pi_prox "
+        "(docs/algorithms.md); `rerun` discards it and runs the prompt again (long responses are excluded most)",
+        "correct",
+    )
+    stale_is_cap: float = _help("staleness_policy correct: truncation of a stale token's weight pi_prox / mu", 2.0)
     sync_every: int = _help("push weights to the rollouters after every k trainer steps", 1)
     pause_mode: Literal["keep", "abort"] = _help(
         "weight push: `keep` freezes in-flight responses and continues them under the new weights; `abort` "
@@ -40,6 +47,8 @@ class PipelineConfig:
                 f"pipeline: expected max_staleness >= 0 and sync_every >= 1, got {self.max_staleness}, "
                 f"{self.sync_every}"
             )
+        if not self.stale_is_cap > 0:
+            raise ValueError(f"pipeline.stale_is_cap: expected > 0, got {self.stale_is_cap}")
         if not self.bucket_mb > 0:
             raise ValueError(f"pipeline.bucket_mb: expected > 0, got {self.bucket_mb}")
         if self.sync_every > self.max_staleness + 1:

@@ -33,6 +33,11 @@ class FinishedGroup:
         return min(versions) if versions else None
 
     @property
+    def response_lengths(self) -> tuple[int, ...]:
+        """Response tokens of each sample (generated ones and any tool observations), in sample order."""
+        return tuple(len(s.trajectory.token_versions) for s in self.samples)
+
+    @property
     def num_ok(self) -> int:
         return sum(s.status is SampleStatus.OK for s in self.samples)
 
@@ -40,3 +45,17 @@ class FinishedGroup:
     def generated_tokens(self) -> int:
         """Tokens the engine sampled for the group (tool observations are not generated)."""
         return sum(v != NOT_SAMPLED for s in self.samples for v in s.trajectory.token_versions)
+
+
+@dataclass(frozen=True)
+class ExcludedGroup:
+    """A finished group the broker discarded as too stale (`pipeline.staleness_policy rerun`): its prompt runs
+    again. Kept for the length-bias metrics: what was generated but not trained."""
+
+    index: int
+    min_version: int | None
+    response_lengths: tuple[int, ...]
+
+    @classmethod
+    def of(cls, group: FinishedGroup) -> ExcludedGroup:
+        return cls(group.index, group.min_version, group.response_lengths)

@@ -10,7 +10,8 @@ Invariants (pinned by tests/async_ppo/test_async_ppo_ledger.py):
   and loses none;
 - admission: a new prompt of slot step `s` starts only when the served weight version is >= s - 1 - max_staleness
   (max_staleness = 0: the prompts of step s start only once the weights of step s - 1 are served: synchronous);
-- a prompt that must run again (its rollouter died, or its group came back too stale) goes before any new one.
+- a prompt that must run again (its rollouter died, or, under `staleness_policy rerun`, its group came back too
+  stale) goes before any new one.
 """
 
 from __future__ import annotations
@@ -184,6 +185,12 @@ class PromptLedger(Generic[G]):
         self._ready.pop(index, None)
         self._rerun.append(index)
         self._rerun = deque(sorted(self._rerun))
+
+    def stale_ready(self, trainer_version: int) -> list[tuple[int, G]]:
+        """The ready groups `exclude_stale(trainer_version)` would send to run again, by index (a query)."""
+        floor = trainer_version - self.max_staleness
+        stale = sorted(i for i in self._ready if (v := self.tickets[i].min_version) is not None and v < floor)
+        return [(i, self._ready[i]) for i in stale]
 
     def exclude_stale(self, trainer_version: int) -> list[int]:
         """Ready groups whose oldest token is older than `trainer_version - max_staleness` run again."""

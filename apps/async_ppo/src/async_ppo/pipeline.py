@@ -100,7 +100,7 @@ class Pipeline:
         p = cfg.rollout
         self.broker = ray.remote(Broker).options(**RaySession.light_options()).remote(
             p.prompts_per_step, cfg.pipeline.max_staleness, (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
-            version, loaded.ledger if loaded else None,
+            version, loaded.ledger if loaded else None, rerun_stale=cfg.pipeline.staleness_policy == "rerun",
         )  # fmt: skip
         self.validator = ray.remote(Validator).options(**self.session.validator_options()).remote(
             s.checkpoint_dir, cfg.task, cfg.validation, str(s.run.root), max_len=s.max_len,

@@ -20,7 +20,8 @@ def trainer_spec(s: RunSetup) -> TrainerSpec:
     return TrainerSpec(
         cfg=cfg, checkpoint_dir=s.checkpoint_dir, run_dir=str(s.run.root), pad_token_id=s.tokenizer.pad_id,
         max_new_tokens=s.max_new_tokens, keep_versions=cfg.pipeline.max_staleness + 1,
-        bucket_bytes=int(cfg.pipeline.bucket_mb * MIB),
+        bucket_bytes=int(cfg.pipeline.bucket_mb * MIB), max_staleness=cfg.pipeline.max_staleness,
+        stale_is_cap=cfg.pipeline.stale_is_cap if cfg.pipeline.staleness_policy == "correct" else None,
     )  # fmt: skip
 
 

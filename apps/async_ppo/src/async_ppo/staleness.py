@@ -38,8 +38,3 @@ def staleness_metrics(trajectories: Sequence[Trajectory], policy_version: int) -
         "staleness/multi_version_frac": sum(s > 0 for s in spans) / len(spans),
         "staleness/version_span_max": float(max(spans)),
     }
-
-
-def sample_staleness(min_versions: Sequence[int | None], step: int) -> list[int]:
-    """Per-sample staleness of the responses trained at `step` (policy version `step - 1`), for histograms."""
-    return [step - 1 - v for v in min_versions if v is not None]

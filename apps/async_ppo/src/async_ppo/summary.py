@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout_core import TrajectoryStatus
-from run_logging import Panel, RunDir, plot_histogram, plot_metrics, read_metrics
+from run_logging import Panel, RunDir, plot_histogram, plot_histograms, plot_metrics, read_metrics
 from trainers.dumps import read_dump
+
+from async_ppo.lengths import read_excluded
 
 PANELS = (
     Panel("training reward / accuracy", ("reward/mean", "reward/acc")),
     Panel("validation accuracy", ("val/greedy_acc", "val-core/*")),
     Panel("staleness (weight versions)", ("staleness/sample_mean", "staleness/sample_max", "staleness/token_mean")),
     Panel("train-vs-rollout |log-prob diff| (nats)", ("mismatch/*/abs_diff_mean",)),
+    Panel("response length (tokens)", ("staleness/*_len_mean",)),
     Panel("queue depth (groups)", ("queue/ready_groups", "queue/running_prompts")),
     Panel("throughput", ("perf/samples_per_s", "perf/rollout_tokens_per_s")),
 )
@@ -85,10 +88,23 @@ def trained_staleness(run: RunDir) -> list[int]:
     return out
 
 
+def trained_lengths(run: RunDir) -> list[int]:
+    """Response tokens of every response the trainer received (the rollout dumps, every status)."""
+    return [
+        len(rec.response_ids) for path in sorted((run.root / "rollouts").glob("*.jsonl")) for rec in read_dump(path)
+    ]
+
+
 def write_plots(run: RunDir) -> list[Path]:
     out = [plot_metrics(run.metrics, run.plots / "training.png", PANELS)]
     values = trained_staleness(run)
     if values:
         out.append(plot_histogram(values, run.plots / "staleness.png", title="staleness of trained responses",
                                   xlabel="policy version - oldest token's version"))  # fmt: skip
+    trained = trained_lengths(run)
+    excluded = [n for g in read_excluded(run) for n in g.response_lengths]
+    if trained or excluded:
+        series = {"generated": trained + excluded, "trained": trained, "excluded as too stale": excluded}
+        title = "response lengths: generated vs trained vs excluded"
+        out.append(plot_histograms(series, run.plots / "lengths.png", title=title, xlabel="response tokens"))
     return out

@@ -8,6 +8,7 @@ the Ray object store (`RayWeightSync`), in buckets, in their own dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,10 +20,12 @@ from recipes.policy_trainer import PolicyTrainer
 from recipes.ray_node import NodeAware
 from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
+from trainers import StaleBound
 from trainers.backend import BackendState
 
 from async_ppo.behaviour_probe import BehaviourProbe
-from async_ppo.group import FinishedGroup
+from async_ppo.group import ExcludedGroup, FinishedGroup
+from async_ppo.lengths import length_metrics, write_excluded
 from async_ppo.staleness import staleness_metrics
 
 
@@ -35,6 +38,8 @@ class TrainerSpec:
     max_new_tokens: int
     keep_versions: int  # weight versions the behaviour probe remembers (max_staleness + 1)
     bucket_bytes: int
+    max_staleness: int = 1
+    stale_is_cap: float | None = None  # staleness_policy correct: tokens beyond the bound are corrected (None: rerun)
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class TrainerActor(NodeAware):
         cfg = spec.cfg
         torch.set_num_threads(cfg.run.torch_threads)
         self.spec = spec
-        run = RunDir(Path(spec.run_dir))
+        run = self.run = RunDir(Path(spec.run_dir))
         self.trainer = PolicyTrainer.build(cfg, spec.checkpoint_dir, pad_token_id=spec.pad_token_id,
                                            max_new_tokens=spec.max_new_tokens, run=run)  # fmt: skip
         if resume_from is not None:
@@ -65,13 +70,18 @@ class TrainerActor(NodeAware):
     def get_version(self) -> int:
         return self.trainer.version
 
-    def train(self, step: int, taken: tuple[list[FinishedGroup], list[int]]) -> TrainOutcome:
-        """One update on every ok response of the groups (all other statuses are counted, never trained)."""
+    def train(self, step: int, taken: tuple[list[FinishedGroup], list[ExcludedGroup]]) -> TrainOutcome:
+        """One update on every ok response of the groups (all other statuses are counted, never trained). With
+        `stale_is_cap`, the batch carries the staleness bound: its tokens beyond it are trained corrected."""
         groups, excluded = taken
         t0 = time.perf_counter()
         scored = [s for g in groups for s in g.samples]
         sb = self.trainer.prepare(scored)
         policy_version = self.trainer.version
+        if self.spec.stale_is_cap is not None:
+            bound = StaleBound(policy_version - self.spec.max_staleness, self.spec.stale_is_cap)
+            sb = dataclasses.replace(sb, batch=dataclasses.replace(sb.batch, stale_bound=bound))
+        write_excluded(self.run, step, excluded)
         t1 = time.perf_counter()
         # the probe reads only remembered weights and the batch: it runs on a second core during the update
         probe = self._probe_thread.submit(self.probe.measure, sb.batch, policy_version)
@@ -80,6 +90,7 @@ class TrainerActor(NodeAware):
         metrics |= probe.result()
         self.probe.record(self.trainer.steps.policy_model(), self.trainer.version)
         metrics |= staleness_metrics([s.trajectory for s in sb.real], policy_version)
+        metrics |= length_metrics(groups, excluded)
         metrics |= {
             "staleness/excluded_groups": float(len(excluded)),
             "rollout/generated_tokens": float(sum(g.generated_tokens for g in groups)),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,40 @@ def plot_histogram(values: Sequence[float], out_png: str | os.PathLike[str], *, 
     if arr.size:
         bins = np.arange(arr.min(), arr.max() + 2) - 0.5 if np.all(arr == np.round(arr)) else 30
         ax.hist(arr, bins=bins)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def plot_histograms(
+    series: Mapping[str, Sequence[float]], out_png: str | os.PathLike[str], *, title: str, xlabel: str, bins: int = 40
+) -> Path:
+    """Overlaid step histograms of several samples on one set of bins, each normalised to its share (so series of
+    different sizes compare by shape); the legend gives each series' size and mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    arrays = {name: np.asarray(values, dtype=float) for name, values in series.items()}
+    every = np.concatenate([a for a in arrays.values() if a.size] or [np.zeros(0)])
+    if every.size:
+        edges = np.histogram_bin_edges(every, bins=bins)
+        for (name, a), style in zip(arrays.items(), itertools.cycle(("-", "--", ":", "-."))):
+            if a.size:
+                weights = np.full(a.size, 1.0 / a.size)
+                label = f"{name} (n={a.size}, mean {a.mean():.1f})"
+                ax.hist(a, bins=edges, weights=weights, histtype="step", linewidth=1.5, linestyle=style, label=label)
+        ax.set_ylabel("share")
+        ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     ax.set_title(title, fontsize=10)

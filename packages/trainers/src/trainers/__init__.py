@@ -59,6 +59,7 @@ _EXPORTS = {
     "rollout_correction": "trainers.rollout_correction",
     "RolloutCorrectionConfig": "trainers.rollout_correction",
     "select_final": "trainers.validation_metrics",
+    "StaleBound": "trainers.stale_tokens",
     "StepResult": "trainers.step",
     "token_advantages": "trainers.estimators",
     "train_step": "trainers.step",

@@ -23,6 +23,7 @@ from rollout_core import NOT_SAMPLED, TrajectoryStatus
 from routing_state import RoutingSpec
 
 from trainers.sample import TrainSample
+from trainers.stale_tokens import StaleBound
 
 __all__ = ["TrainBatch", "collate"]
 
@@ -51,6 +52,7 @@ class TrainBatch:
     teacher_top_ids: torch.Tensor | None = None  # [B, T-1, K] int64, the teacher's top-k per row (None: K = 0)
     teacher_top_log_probs: torch.Tensor | None = None  # [B, T-1, K] float32
     teacher_top_valid: torch.Tensor | None = None  # [B, T-1, K] bool, False off the response and on pads
+    stale_bound: StaleBound | None = None  # async training: tokens older than the bound get the behaviour correction
 
     @property
     def batch_size(self) -> int:

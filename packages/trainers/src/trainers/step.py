@@ -45,6 +45,7 @@ from trainers.backend.protocol import PolicyRole, TrainingBackend
 from trainers.batch import TrainBatch
 from trainers.padding import PaddingNotInertError
 from trainers.rollout_correction import rollout_correction
+from trainers.stale_tokens import beyond_bound_mask, correct_beyond_bound
 from trainers.step_metrics import NonFiniteError, StepMetrics
 from trainers.step_plan import MiniBatchPlan, StepPlan
 from trainers.train_config import TrainLoopConfig
@@ -68,6 +69,19 @@ class _Tensors:
     mask: torch.Tensor
     ref: torch.Tensor | None
     is_weights: torch.Tensor | None
+    beyond: _BeyondBound | None = None
+
+
+@dataclass(frozen=True)
+class _BeyondBound:
+    """Tokens beyond the staleness bound (`trainers.stale_tokens`): `mask [B, T-1]` marks them, `prox` holds the
+    proximal log-probs (None: the update is one optimiser step, so each micro-batch's own pre-update forward is
+    the proximal policy and costs no extra forward), `count` their number in the whole batch."""
+
+    mask: torch.Tensor
+    prox: torch.Tensor | None
+    is_cap: float
+    count: float
 
 
 def score(backend: TrainingBackend, batch: TrainBatch, budget: int, *, replay: bool,
@@ -141,13 +155,22 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
                     width: int = width) -> LossOutputs:  # fmt: skip
             if capture is not None:
                 capture[rows, :width] = lp.detach()
-            return algorithm.loss(LossInputs(
-                log_probs=lp, old_log_probs=t.old[rows, :width], rollout_log_probs=t.rollout[rows, :width],
+            old, rollout = t.old[rows, :width], t.rollout[rows, :width]
+            is_weights = None if t.is_weights is None else t.is_weights[rows, :width]
+            b = t.beyond
+            if b is not None:
+                beyond = b.mask[rows, :width]
+                prox = lp.detach() if b.prox is None else b.prox[rows, :width]
+                old, is_weights = correct_beyond_bound(old, rollout, prox, beyond, is_weights, b.is_cap)
+            out = algorithm.loss(LossInputs(
+                log_probs=lp, old_log_probs=old, rollout_log_probs=rollout,
                 advantages=t.advantages[rows, :width], mask=t.mask[rows, :width], num_tokens=plan.num_tokens,
                 num_seqs=plan.num_seqs, ref_log_probs=None if t.ref is None else t.ref[rows, :width],
-                is_weights=None if t.is_weights is None else t.is_weights[rows, :width],
-                top_k_log_probs=top, teacher_top_k=_top_k(batch, rows, width),
+                is_weights=is_weights, top_k_log_probs=top, teacher_top_k=_top_k(batch, rows, width),
             ))  # fmt: skip
+            if b is not None and b.prox is None and is_weights is not None:  # one optimiser step: exact mean
+                out.sums["staleness/beyond_bound_is_mean"] = (is_weights * beyond).sum().double() / b.count
+            return out
 
         out = backend.forward_backward(sub, loss_fn, replay=replay)
         outputs.append((out, tokens))
@@ -207,6 +230,35 @@ def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
         raise PaddingNotInertError(f"train_step: expected advantage 0 on every pad, got non-zero on {bad[:5]}")
 
 
+def _corrects_behaviour(algorithm: Algorithm) -> bool:
+    """Whether the algorithm's loss already weights every token by its behaviour ratio against the recomputed old
+    policy (decoupled PPO; a token- or sequence-level rollout correction): then a stale token needs nothing more."""
+    c = algorithm.correction
+    return algorithm.name == "decoupled" or (c is not None and c.is_level is not None)
+
+
+def _beyond_bound(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, mask: torch.Tensor,
+                  old: torch.Tensor | None, cfg: TrainLoopConfig, mini_batches: int,
+                  metrics: StepMetrics) -> _BeyondBound | None:  # fmt: skip
+    """The tokens beyond the batch's staleness bound, when it has one and any (else None: the step is unchanged).
+    Their proximal log-probs are the recomputed old policy, or one extra no-grad forward when the update takes
+    several optimiser steps (epochs x mini-batches) in bypass mode."""
+    bound = dev.stale_bound
+    if bound is None:
+        return None
+    beyond = beyond_bound_mask(dev.token_versions, mask, bound)
+    count = float(beyond.sum())  # once per step: a host synchronisation
+    metrics.add({"staleness/beyond_bound_token_frac": count / max(float(mask.sum()), 1.0)})
+    if count == 0 or _corrects_behaviour(algorithm):
+        return None
+    single = cfg.ppo_epochs * mini_batches == 1
+    prox = old if old is not None or single else score(backend, dev, cfg.micro_batch_tokens, replay=cfg.router_replay)
+    if prox is not None:  # fixed weights: their mean is known before the update
+        _, w = correct_beyond_bound(dev.rollout_log_probs, dev.rollout_log_probs, prox, beyond, None, bound.is_cap)
+        metrics.add({"staleness/beyond_bound_is_mean": (w * beyond).sum().double() / count})
+    return _BeyondBound(beyond, prox, bound.is_cap, count)
+
+
 def _reference(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, budget: int,
                replay: bool) -> torch.Tensor | None:  # fmt: skip
     """`[B, T-1]` the log-probs the algorithm compares with: the teacher's (scored at rollout time), the reference
@@ -243,8 +295,9 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     metrics.add(_no_replay_sample(backend, batch, cfg, seed, version))
     plan = StepPlan.build(batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget,
                           dp=backend.data_parallel)  # fmt: skip
+    beyond = _beyond_bound(backend, algorithm, dev, mask, old, cfg, len(plan.mini_batches), metrics)
     t = _Tensors(dev.rollout_log_probs if old is None else old, dev.rollout_log_probs,
-                 adv.tokens.to(backend.device), mask, ref, is_weights)  # fmt: skip
+                 adv.tokens.to(backend.device), mask, ref, is_weights, beyond)  # fmt: skip
     first = torch.zeros_like(dev.response_mask) if old is None else None
     for epoch in range(cfg.ppo_epochs):
         for i, mini in enumerate(plan.mini_batches):
