@@ -85,7 +85,8 @@ def test_roles_land_on_their_nodes_and_a_removed_rollouter_node_loses_no_prompt(
     ids = _node_ids(nodes)
     head = ray.get_runtime_context().get_node_id()
     run = tmp_path / "run"
-    cfg = tiny_config(run, "--run.steps", str(STEPS), "--pipeline.max_staleness", "1", *ROLES)
+    flags = ["--run.steps", str(STEPS), "--pipeline.max_staleness", "1", "--pipeline.staleness_policy", "rerun"]
+    cfg = tiny_config(run, *flags, *ROLES)
     removed: dict[str, object] = {}
 
     def remove_a_rollouter_node() -> None:  # the app runs in the test's (main) thread

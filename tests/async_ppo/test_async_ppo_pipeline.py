@@ -47,7 +47,9 @@ def test_async_run_bounds_staleness_and_every_trained_response_has_versions_and_
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
     run = tmp_path / "run"
-    summary = train(tiny_config(run, "--run.steps", "4", "--pipeline.max_staleness", "1"))
+    # rerun: a group older than the bound is never trained (the default, correct, trains it corrected: below)
+    flags = ["--run.steps", "4", "--pipeline.max_staleness", "1", "--pipeline.staleness_policy", "rerun"]
+    summary = train(tiny_config(run, *flags))
     rows = read_metrics(run / "metrics.jsonl")
     train_rows = [r for r in rows if "timing/train_s" in r]
     assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
@@ -118,3 +120,17 @@ def test_responses_in_flight_at_a_push_span_two_versions_with_each_row_from_the_
             assert predicting.tolist() == r.token_versions  # the native engine returns rows of aborted calls
     assert spanning > 0
     _assert_each_prompt_trained_once(run, 4, 4)
+    _assert_tokens_beyond_the_bound_were_all_corrected(run, 4, max_staleness=1)
+
+
+def _assert_tokens_beyond_the_bound_were_all_corrected(run: Path, steps: int, max_staleness: int) -> None:
+    """Under the default staleness_policy correct: the tokens of each step's dump sampled by a version below the
+    bound (trainer version step - 1, minus max_staleness) are exactly those the trainer counted as corrected."""
+    rows = {r["step"]: r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r}
+    assert all(rows[step]["staleness/excluded_groups"] == 0 for step in range(1, steps + 1))
+    for step in range(1, steps + 1):
+        floor = step - 1 - max_staleness
+        ok = [r for r in read_dump(run / "rollouts" / f"{step}.jsonl") if r.status is TrajectoryStatus.OK]
+        beyond = sum(v < floor for r in ok for v in r.token_versions)
+        counted = rows[step]["staleness/beyond_bound_token_frac"] * rows[step]["actor/loss_tokens"]
+        assert beyond == pytest.approx(counted, abs=1e-6), f"step {step}: {beyond} tokens beyond the bound"
