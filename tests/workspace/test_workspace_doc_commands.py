@@ -22,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # What `uv run` itself accepts before the command (those that take a value map to True).
-UV_RUN_OPTIONS = {"--no-sync": False, "--locked": False, "--frozen": False, "--package": True, "--group": True}
+UV_RUN_OPTIONS = {
+    "--no-sync": False, "--locked": False, "--frozen": False, "--package": True, "--group": True, "--with": True,
+}  # fmt: skip
 # Placeholders the docs use for values only the reader has: replaced by a value of the right kind before parsing.
 PLACEHOLDERS = ("DIR", "DIR1", "DIR2", "SYNC_RUN", "ASYNC_RUN", "HEAD_IP", "URL", "N", "S", "<run dir>")
 # Benchmarks that forward the flags after `--` to the apps, and the apps that get them.
@@ -179,8 +181,9 @@ def app_parsers() -> dict[str, Callable[[list[str]], object]]:
 
 
 def check_app(app: str, argv: list[str]) -> None:
-    """The app's own parse: every key known, every value valid, every file it names present. A setting checked only
-    when the run builds its task (the data sources `teacher.sources` names) is checked here too."""
+    """The app's own parse: every key known, every value valid, every file it names present. What is checked only
+    when the run builds its task is checked here too: a dataset file's rows, and the data sources `teacher.sources`
+    names."""
     parse = app_parsers()[app]
     if argv == ["--help"] or argv == ["-h"]:
         return  # run for real by test_the_apps_help_runs
@@ -188,6 +191,8 @@ def check_app(app: str, argv: list[str]) -> None:
         cfg, _ = parse(argv)
     except SystemExit as exc:
         raise ValueError(f"{app} refused the flags (exit {exc.code})") from None
+    if getattr(getattr(cfg, "task", None), "kind", None) == "dataset":
+        cfg.task.build()
     teacher = getattr(cfg, "teacher", None)
     named = teacher.named() if teacher is not None and teacher.sources else {}
     if named:
@@ -254,8 +259,10 @@ def check(command: Command, tmp: Path) -> None:
         if not script.is_file():
             raise ValueError(f"{args[0]}: expected a script of the repository, got none")
         check_script(script, args[1:], args[0])
-    elif not (Path(sys.prefix) / "bin" / target).exists():
-        raise ValueError(f"{target}: expected an app, `python ...` or a console script of the environment, got none")
+    elif not (Path(sys.prefix) / "bin" / target).exists() and target != options.get("--with"):
+        raise ValueError(
+            f"{target}: expected an app, `python ...`, a console script of the environment or of `--with`, got none"
+        )
     if env.get("UV_PROJECT_ENVIRONMENT") and "--no-sync" not in options:
         raise ValueError("UV_PROJECT_ENVIRONMENT without --no-sync: expected --no-sync (a sync would rebuild it)")
 
@@ -298,6 +305,10 @@ def test_a_broken_command_is_reported_with_its_file_and_line(tmp_path: Path) -> 
     ("uv run python benchmarks/no_such.py", "expected a file of the repository"),
     ("uv run --package routing-state pytest tests/routing_state", "syncs inexactly"),
     ("uv run --no-sync pytest tests/routing_state", None),
+    ("uv run --with tensorboard tensorboard --logdir runs/sync_ppo", None),
+    ("uv run no_such_tool --x", "expected an app"),
+    ("uv run apps/sync_ppo --task dataset --task.train_file docs/examples/reverse.jsonl --task.val_size 32", None),
+    ("uv run apps/sync_ppo --task dataset --task.train_file docs/examples/nothing.jsonl --task.val_size 2", "expected"),
     ("UV_PROJECT_ENVIRONMENT=.veomni-env uv run apps/sync_ppo", "expected --no-sync"),
 ])  # fmt: skip
 def test_the_check_refuses_what_would_fail_and_passes_what_runs(case: tuple[str, str | None], tmp_path: Path) -> None:
