@@ -333,6 +333,19 @@ def test_every_repository_path_the_docs_name_in_code_exists() -> None:
     assert not missing, "paths named in the docs that the repository lacks:\n" + "\n".join(missing)
 
 
+def test_every_relative_link_in_the_docs_points_at_a_file_of_the_repository() -> None:
+    """`[text](docs/x.md#part)` and the like: the file exists (anchors are not checked)."""
+    broken = []
+    for path in doc_files():
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                    continue
+                if not (path.parent / target.split("#")[0]).exists():
+                    broken.append(f"{path.relative_to(ROOT)}:{number}: {target}")
+    assert not broken, "links to files the repository lacks:\n" + "\n".join(broken)
+
+
 def workspace_imports() -> set[str]:
     return {p.name for p in ROOT.glob("*/*/src/*") if (p / "__init__.py").is_file()}
 
