@@ -37,7 +37,7 @@ UV_RUN = re.compile(r"(?:^|(?<=\s))((?:[A-Z][A-Z0-9_]*=\S+\s+)*uv run\s+\S.*)") 
 
 @dataclass(frozen=True)
 class Command:
-    """One `uv run` command as the docs show it: where it is and its words after `uv run` (placeholders kept)."""
+    """One `uv run` command as the docs show it (placeholders kept), with the file and line it starts on."""
 
     file: str
     line: int
@@ -415,6 +415,43 @@ def test_the_apps_help_runs(app: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: {app}"), done.stdout[:200]
+
+
+def imports_torch_at_module_level(source: Path) -> bool:
+    """Whether the script imports torch (or a workspace module that does) before `main` runs; a sibling benchmark
+    it imports counts as what that one imports."""
+    heavy = {"torch", "ray", "transformers", "trl", "datasets", "moe_models", "native_engine", "trainers"}
+    for node in ast.parse(source.read_text(), str(source)).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        for name in names:
+            if name.split(".")[0] in heavy:
+                return True
+            sibling = source.parent / f"{name}.py"
+            if sibling.is_file() and sibling != source and imports_torch_at_module_level(sibling):
+                return True
+    return False
+
+
+LIGHT_SCRIPTS = sorted({
+    w for c in COMMANDS for w in shlex.split(c.text) if re.fullmatch(r"benchmarks/\w+\.py", w)
+    and (ROOT / w).is_file() and not imports_torch_at_module_level(ROOT / w)
+})  # fmt: skip
+
+
+def test_some_benchmarks_the_docs_run_are_light_enough_to_ask_for_their_help() -> None:
+    assert len(LIGHT_SCRIPTS) >= 4, LIGHT_SCRIPTS
+
+
+@pytest.mark.parametrize("script", LIGHT_SCRIPTS)
+def test_a_light_benchmarks_help_runs_and_lists_the_options_read_from_its_source(script: str) -> None:
+    """The static reading of a script's options (`defined_options`) against its real `--help`."""
+    done = subprocess.run(
+        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = sorted(o for o in defined_options(ROOT / script) if o not in done.stdout)
+    assert not missing, f"{script} --help lacks {missing}"
 
 
 def test_the_rollout_core_demo_runs() -> None:
