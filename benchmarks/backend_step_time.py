@@ -1,7 +1,9 @@
 """Train-step time of the torch backend and the VeOmni or Megatron-Core backend at 1 and 2 ranks (gloo, one torch
 thread per rank) on the same batch and weights: a default-shaped step of the apps (32 prompts x 8 samples, prompts
 of 10-16 tokens, responses of 4-12, the tiny preset, router replay on). Megatron at 2 ranks splits the experts
-over both (expert parallel 2).
+over both (expert parallel 2). The torch backend runs at the apps' defaults (`backend.experts_kernel` and the
+`train` section's micro-batch budget, read from their config classes), so the ratios are against what the apps
+train with.
 
 Run it in the environment of the backend to compare (each has the torch backend too): `bash
 scripts/test_veomni.sh --build-only`, then `UV_PROJECT_ENVIRONMENT=.veomni-env uv run --no-sync python
@@ -28,6 +30,7 @@ from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
+from trainers.backend.config import TorchBackendConfig
 
 VOCAB, PAD = 48, 0
 CONFIGS = [("torch", 1), ("torch", 2), ("veomni", 1), ("veomni", 2), ("megatron", 1), ("megatron", 2)]
@@ -79,7 +82,8 @@ def _rank(kind: str, rank: int, world: int, port: int, ckpt: str, batch_path: st
     dp = DataParallel(rank, world) if world > 1 else None
     optim = OptimConfig(lr=1e-5)
     if kind == "torch":
-        backend = TorchBackend(load_pretrained(ckpt), optim, device="cpu", data_parallel=dp)
+        kernel = TorchBackendConfig().experts_kernel  # the apps' default, not the constructor's
+        backend = TorchBackend(load_pretrained(ckpt), optim, device="cpu", data_parallel=dp, experts_kernel=kernel)
     elif kind == "veomni":
         from trainers.backend.veomni.backend import VeOmniBackend
 
@@ -135,7 +139,9 @@ def main() -> None:
         batch = make_batch(model, args.prompts, args.samples)
         torch.save(batch, batch_path)
         print(f"batch: {batch.batch_size} sequences, {int(batch.response_mask.sum())} loss tokens, "
-              f"{int(batch.attention_mask.sum())} tokens; {args.steps} timed steps per configuration")  # fmt: skip
+              f"{int(batch.attention_mask.sum())} tokens; {args.steps} timed steps per configuration; torch backend: "
+              f"experts_kernel {TorchBackendConfig().experts_kernel}, "
+              f"micro_batch_tokens {TrainLoopConfig().micro_batch_tokens}")  # fmt: skip
         medians = {}
         for kind, world in [(k, w) for k, w in CONFIGS if k == "torch" or find_spec(k) is not None]:
             medians[(kind, world)] = time_config(kind, world, str(Path(tmp) / "ckpt"), batch_path, args.steps)

@@ -25,9 +25,9 @@ class EngineConfig:
     device: str = "cpu"
     # Run the decode step through `native_engine.decode.decode_graph` compiled by torch.compile (see
     # `native_engine.decode.CachedModel`): one graph per model shape and cache length per process, compiled at the
-    # first decode step (~5-20 s on 2 cores). Throughput: benchmarks/engine_throughput.py, numbers in the root
-    # README. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for short
-    # runs and tests.
+    # first decode step (~5-20 s on 2 cores). Throughput: benchmarks/engine_throughput.py, numbers in
+    # docs/benchmarks.md. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for
+    # short runs and tests.
     compile_decode: bool = False
     # Threads of the compiled step's C kernels (attention and routed experts; fp32 weights and cache; see
     # `native_engine.decode.attention_kernel`, `.expert_kernel`): the calling thread plus kernel_threads - 1
