@@ -21,9 +21,22 @@ def _run(args: argparse.Namespace, run_dir: Path, staleness: int) -> tuple[float
     from flow_grpo.trainer import train
     from run_logging import read_metrics
 
-    cfg, _ = parse(["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
-                    "--run.plots", "false", "--pipeline.max_staleness", str(staleness),
-                    "--ray.temp_dir", f"/tmp/flow_grpo_bench_{staleness}"])  # fmt: skip
+    cfg, _ = parse(
+        [
+            "--run.steps",
+            str(args.steps),
+            "--run.dir",
+            str(run_dir),
+            "--run.progress",
+            "false",
+            "--run.plots",
+            "false",
+            "--pipeline.max_staleness",
+            str(staleness),
+            "--ray.temp_dir",
+            f"/tmp/flow_grpo_bench_{staleness}",
+        ]
+    )
     summary = train(cfg)
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if int(r["step"]) > 1]  # type: ignore[call-overload]
     seconds = sum(float(r["timing/step_s"]) for r in rows)  # type: ignore[arg-type]
@@ -42,8 +55,10 @@ def main() -> None:
         print(f"sync:        {sync[0]:.0f} images/s, val reward {100 * sync[1]:.1f}%", flush=True)
         run = _run(args, Path(tmp) / "async", args.staleness)
         print(f"async k={args.staleness}:   {run[0]:.0f} images/s, val reward {100 * run[1]:.1f}%", flush=True)
-    print(f"async k={args.staleness} {run[0] / sync[0]:.2f}x images/s vs sync  val reward {100 * run[1]:.1f} vs "
-          f"{100 * sync[1]:.1f}")  # fmt: skip
+    print(
+        f"async k={args.staleness} {run[0] / sync[0]:.2f}x images/s vs sync  val reward {100 * run[1]:.1f} vs "
+        f"{100 * sync[1]:.1f}"
+    )
 
 
 if __name__ == "__main__":

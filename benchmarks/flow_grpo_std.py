@@ -29,10 +29,28 @@ def _curve(args: argparse.Namespace, run_dir: Path, mode: str, seed: int) -> tup
     from flow_grpo.trainer import train
     from run_logging import read_metrics
 
-    cfg, _ = parse(["--run.steps", str(args.steps), "--run.seed", str(seed), "--run.dir", str(run_dir),
-                    "--algorithm.std_mode", mode, "--validation.every_steps", str(args.val_every),
-                    "--pipeline.ray", "false", "--run.progress", "false", "--run.plots", "false",
-                    "--run.checkpoint_every", "0"])  # fmt: skip
+    cfg, _ = parse(
+        [
+            "--run.steps",
+            str(args.steps),
+            "--run.seed",
+            str(seed),
+            "--run.dir",
+            str(run_dir),
+            "--algorithm.std_mode",
+            mode,
+            "--validation.every_steps",
+            str(args.val_every),
+            "--pipeline.ray",
+            "false",
+            "--run.progress",
+            "false",
+            "--run.plots",
+            "false",
+            "--run.checkpoint_every",
+            "0",
+        ]
+    )
     train(cfg)
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/reward/mean" in r]
     return [int(r["step"]) for r in rows], [float(r["val/reward/mean"]) for r in rows]  # type: ignore[call-overload]
@@ -76,8 +94,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 steps, values = _curve(args, Path(tmp) / f"{mode}-{seed}", mode, seed)
                 points = "  ".join(f"{s}:{100 * v:.1f}" for s, v in zip(steps, values, strict=True))
-                print(f"std {mode:6s} seed {seed}  step:val-reward%  {points}  ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"std {mode:6s} seed {seed}  step:val-reward%  {points}  ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
                 curves[mode].append((steps, values))
     _plot(curves, args.png)
     print(f"wrote {args.png}")

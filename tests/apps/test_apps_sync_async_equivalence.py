@@ -14,12 +14,37 @@ from run_logging import read_metrics
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
-    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
-    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
-    "--run.steps", "3", "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "3",
-    "--validation.max_prompts", "8", "--run.progress", "false", "--run.plots", "false",
-]  # fmt: skip
+    "--task.train_size",
+    "400",
+    "--task.val_size",
+    "12",
+    "--task.addition_weight",
+    "0.5",
+    "--task.sort_weight",
+    "0.5",
+    "--warmup.steps",
+    "8",
+    "--warmup.examples_per_step",
+    "16",
+    "--rollout.prompts_per_step",
+    "4",
+    "--rollout.samples_per_prompt",
+    "3",
+    "--rollout.engine.slots",
+    "16",
+    "--run.steps",
+    "3",
+    "--train.mismatch_sample_seqs",
+    "4",
+    "--validation.every_steps",
+    "3",
+    "--validation.max_prompts",
+    "8",
+    "--run.progress",
+    "false",
+    "--run.plots",
+    "false",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,8 +72,15 @@ def test_max_staleness_zero_gives_the_metrics_of_sync_ppo(tmp_path: Path) -> Non
     async_rows: dict[object, dict[str, object]] = {}
     for r in read_metrics(tmp_path / "async" / "metrics.jsonl"):
         async_rows.setdefault(r["step"], {}).update(r)
-    for key in ("reward/mean", "rollout/num_samples", "rollout/response_length_mean", "val/greedy_acc",
-                "rollout/generated_tokens", "rollout/num_padding", "rollout/groups_all_equal_frac"):  # fmt: skip
+    for key in (
+        "reward/mean",
+        "rollout/num_samples",
+        "rollout/response_length_mean",
+        "val/greedy_acc",
+        "rollout/generated_tokens",
+        "rollout/num_padding",
+        "rollout/groups_all_equal_frac",
+    ):
         for step in (1, 2, 3):
             if key in sync_rows[step]:
                 assert async_rows[step][key] == pytest.approx(sync_rows[step][key], abs=1e-9), (key, step)

@@ -27,8 +27,9 @@ STEPS = 12
 def _start(flags: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, str(APP), *flags], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, str(APP), *flags], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
 
 def _kill_everything(proc: subprocess.Popen[bytes], ray_dir: str) -> None:
@@ -43,8 +44,19 @@ def _kill_everything(proc: subprocess.Popen[bytes], ray_dir: str) -> None:
 def test_kill_9_then_resume_trains_every_prompt_exactly_once(tmp_path: Path, warmup_cache: Path) -> None:
     run, log = tmp_path / "run", tmp_path / "app.log"
     ray_dir = f"/tmp/apk_{uuid.uuid4().hex[:8]}"
-    flags = [*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run), "--run.steps", str(STEPS),
-             "--run.checkpoint_every", "2", "--ray.temp_dir", ray_dir]  # fmt: skip
+    flags = [
+        *TINY,
+        "--run.warmup_cache",
+        str(warmup_cache),
+        "--run.dir",
+        str(run),
+        "--run.steps",
+        str(STEPS),
+        "--run.checkpoint_every",
+        "2",
+        "--ray.temp_dir",
+        ray_dir,
+    ]
     proc = _start(flags, log)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "2" / "COMPLETE").exists():

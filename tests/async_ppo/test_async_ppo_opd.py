@@ -27,8 +27,9 @@ TEACHER = ["--algorithm.kind", "opd", "--teacher.model_preset", "tiny", "--teach
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apo_{id(tmp_path_factory) % 10**6}"), num_cpus=3,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apo_{id(tmp_path_factory) % 10**6}"), num_cpus=3, log_to_driver=False
+    )
     yield
     local.stop()
 
@@ -38,8 +39,11 @@ def test_async_opd_trains_on_teacher_scores_through_a_teacher_crash(
 ) -> None:
     run = tmp_path / "run"
     # replica 0 dies on its 3rd call, with that call pending: Ray restarts it and runs the call again
-    train(tiny_config(run, "--run.steps", "3", *TEACHER, "--teacher.top_k", "3",
-                      "--faults.teacher_crash_after_calls", "3"))  # fmt: skip
+    train(
+        tiny_config(
+            run, "--run.steps", "3", *TEACHER, "--teacher.top_k", "3", "--faults.teacher_crash_after_calls", "3"
+        )
+    )
     rows = read_metrics(run / "metrics.jsonl")
     train_rows = [r for r in rows if "timing/train_s" in r]
     assert [r["step"] for r in train_rows] == [1, 2, 3]
@@ -57,8 +61,18 @@ def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_de
     named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
     run = tmp_path / "run"
     # two teachers of one replica each, half a CPU apiece: the module's 3 CPUs hold trainer, rollouter and pool
-    train(tiny_config(run, "--run.steps", "2", *TEACHER, "--teacher.sources", f"addition={named.directory}",
-                      "--teacher.cpus", "0.5"))  # fmt: skip
+    train(
+        tiny_config(
+            run,
+            "--run.steps",
+            "2",
+            *TEACHER,
+            "--teacher.sources",
+            f"addition={named.directory}",
+            "--teacher.cpus",
+            "0.5",
+        )
+    )
     last = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r][-1]
     sources = [r.data_source for step in (1, 2) for r in read_dump(run / "rollouts" / f"{step}.jsonl")]
     groups = {s: sources.count(s) // 3 for s in set(sources)}  # 3 responses per group, one call per group
@@ -70,8 +84,9 @@ def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_de
 def test_a_teacher_pool_the_cluster_cannot_hold_fails_naming_what_is_missing(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "1", *TEACHER, "--teacher.replicas", "2",
-                      "--ray.startup_timeout_s", "3")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run", "--run.steps", "1", *TEACHER, "--teacher.replicas", "2", "--ray.startup_timeout_s", "3"
+    )
     with pytest.raises(RuntimeError, match=r"could not reserve the teacher pool .*teacher.replicas 2 x teacher.cpus"):
         train(cfg)
 

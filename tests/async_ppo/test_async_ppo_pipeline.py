@@ -26,8 +26,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One loopback-only Ray for the module, its temp dir removed afterwards (as the app's own)."""
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}"), num_cpus=2,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}"), num_cpus=2, log_to_driver=False
+    )
     yield
     local.stop()
 
@@ -104,9 +105,23 @@ def test_responses_in_flight_at_a_push_span_two_versions_with_each_row_from_the_
     # so did a run under a CPU hog, where training took 4 s a step). With 4 slots and 40 ms per decode step,
     # generating a step takes ~2 s here; each push after step 2 lands with 4 responses in flight.
     run = tmp_path / mode
-    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "4", "--rollout.engine.step_delay_ms", "40",
-                      "--rollout.samples_per_prompt", "6", "--pipeline.pause_mode", mode,
-                      "--validation.every_steps", "4"))  # fmt: skip
+    train(
+        tiny_config(
+            run,
+            "--run.steps",
+            "4",
+            "--rollout.engine.slots",
+            "4",
+            "--rollout.engine.step_delay_ms",
+            "40",
+            "--rollout.samples_per_prompt",
+            "6",
+            "--pipeline.pause_mode",
+            mode,
+            "--validation.every_steps",
+            "4",
+        )
+    )
     spanning = 0
     for step in range(1, 5):
         for r in read_dump(run / "rollouts" / f"{step}.jsonl"):

@@ -22,17 +22,24 @@ def _needs(library: str, marker: pytest.MarkDecorator, script: str) -> list[pyte
 
 
 BACKENDS = [
-    pytest.param(("--backend.kind", "veomni", "--backend.ranks", "2"), id="veomni",
-                 marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh")),
-    pytest.param(("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
-                 id="megatron", marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
-]  # fmt: skip
+    pytest.param(
+        ("--backend.kind", "veomni", "--backend.ranks", "2"),
+        id="veomni",
+        marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh"),
+    ),
+    pytest.param(
+        ("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
+        id="megatron",
+        marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh"),
+    ),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apv_{id(tmp_path_factory) % 10**6}"), num_cpus=2,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apv_{id(tmp_path_factory) % 10**6}"), num_cpus=2, log_to_driver=False
+    )
     yield
     local.stop()
 

@@ -22,8 +22,15 @@ pytestmark = pytest.mark.slow
 
 def _verl_rows(n: int) -> list[dict[str, object]]:
     examples = SortTaskConfig(train_size=n, val_size=4).build().splits.train
-    return [{"prompt": ex.prompt, "reward_model": {"ground_truth": ex.ground_truth}, "data_source": "sortfile",
-             "extra_info": {"index": i}} for i, ex in enumerate(examples)]  # fmt: skip
+    return [
+        {
+            "prompt": ex.prompt,
+            "reward_model": {"ground_truth": ex.ground_truth},
+            "data_source": "sortfile",
+            "extra_info": {"index": i},
+        }
+        for i, ex in enumerate(examples)
+    ]
 
 
 def _steps(run: Path) -> list[dict[str, object]]:
@@ -35,8 +42,19 @@ def test_a_jsonl_dataset_with_exact_match_trains_two_steps(
 ) -> None:
     data = tmp_path / "sort.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _verl_rows(200)))
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "dataset",
-                      "--task.train_file", str(data), "--task.val_size", "8")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run",
+        "--run.steps",
+        "2",
+        "--run.plots",
+        "false",
+        "--task",
+        "dataset",
+        "--task.train_file",
+        str(data),
+        "--task.val_size",
+        "8",
+    )
     train(cfg)
     rows = _steps(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_samples"] == 12.0 for r in rows)
@@ -55,9 +73,21 @@ def test_a_parquet_dataset_with_the_gsm8k_checker_trains_two_steps(
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "lengths.parquet")
     val = tmp_path / "val.jsonl"
     val.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "dataset",
-                      "--task.train_file", str(tmp_path / "lengths.parquet"), "--task.val_file", str(val),
-                      "--task.reward", "gsm8k")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run",
+        "--run.steps",
+        "2",
+        "--run.plots",
+        "false",
+        "--task",
+        "dataset",
+        "--task.train_file",
+        str(tmp_path / "lengths.parquet"),
+        "--task.val_file",
+        str(val),
+        "--task.reward",
+        "gsm8k",
+    )
     train(cfg)
     assert [r["step"] for r in _steps(tmp_path / "run")] == [1, 2]
 
@@ -66,13 +96,30 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     # 40 warm-up steps: enough for the base to call the tool (so episodes have several turns), ~10 s here
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "calculator",
-                      "--task.train_size", "400", "--task.val_size", "12", "--warmup.steps", "40")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run",
+        "--run.steps",
+        "2",
+        "--run.plots",
+        "false",
+        "--task",
+        "calculator",
+        "--task.train_size",
+        "400",
+        "--task.val_size",
+        "12",
+        "--warmup.steps",
+        "40",
+    )
     train(cfg)
     rows = _steps(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_turns_mean"] >= 1.0 for r in rows)
-    records = [r for step in (1, 2) for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")
-               if r.status is TrajectoryStatus.OK]  # fmt: skip
+    records = [
+        r
+        for step in (1, 2)
+        for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")
+        if r.status is TrajectoryStatus.OK
+    ]
     multi = [r for r in records if NOT_SAMPLED in r.token_versions]
     assert multi, "no episode called the tool: the warm-up base never produced a well-formed call"
     for r in multi:
@@ -86,9 +133,23 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
 def test_the_scratchpad_task_trains_on_whole_traces_and_scores_only_the_final_answer(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "scratchpad",
-                      "--task.train_size", "300", "--task.val_size", "8", "--task.sort.max_len", "6",
-                      "--warmup.steps", "30")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run",
+        "--run.steps",
+        "2",
+        "--run.plots",
+        "false",
+        "--task",
+        "scratchpad",
+        "--task.train_size",
+        "300",
+        "--task.val_size",
+        "8",
+        "--task.sort.max_len",
+        "6",
+        "--warmup.steps",
+        "30",
+    )
     assert cfg.task.kind == "scratchpad" and cfg.rollout.max_new_tokens == 0  # the budget: the longest trace + EOS
     train(cfg)
     rows = _steps(tmp_path / "run")

@@ -64,8 +64,10 @@ class FlowRolloutConfig:
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
-            raise ValueError(f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
-                             f"{self.prompts_per_step}, {self.samples_per_prompt}")  # fmt: skip
+            raise ValueError(
+                f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
+                f"{self.prompts_per_step}, {self.samples_per_prompt}"
+            )
 
 
 @dataclass
@@ -89,8 +91,15 @@ class SamplerSection:
     def build(self) -> SamplerConfig:
         from flow_models.sampler_config import Reduction, SdeKind
 
-        return SamplerConfig(self.num_steps, self.shift, self.noise_level, SdeKind(self.sde_kind), self.window_size,
-                             (self.window_lo, self.window_hi), Reduction(self.log_prob_reduction))  # fmt: skip
+        return SamplerConfig(
+            self.num_steps,
+            self.shift,
+            self.noise_level,
+            SdeKind(self.sde_kind),
+            self.window_size,
+            (self.window_lo, self.window_hi),
+            Reduction(self.log_prob_reduction),
+        )
 
 
 @dataclass
@@ -103,12 +112,16 @@ class FlowValidationConfig:
 
     def __post_init__(self) -> None:
         if self.every_steps < 1 or self.samples_per_class < 1 or self.num_steps < 1 or self.grid_per_class < 0:
-            raise ValueError("validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
-                             f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
-                             f"{self.grid_per_class}")  # fmt: skip
+            raise ValueError(
+                "validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
+                f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
+                f"{self.grid_per_class}"
+            )
         if self.grid_per_class > self.samples_per_class:
-            raise ValueError(f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
-                             f"got {self.grid_per_class}")  # fmt: skip
+            raise ValueError(
+                f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
+                f"got {self.grid_per_class}"
+            )
 
 
 @dataclass

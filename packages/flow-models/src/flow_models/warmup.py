@@ -29,12 +29,15 @@ class FlowWarmupConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or not self.lr > 0 or not 0 <= self.label_noise <= 1:
-            raise ValueError(f"FlowWarmupConfig: expected steps >= 0, batch_size >= 1, lr > 0, 0 <= label_noise "
-                             f"<= 1, got {asdict(self)}")  # fmt: skip
+            raise ValueError(
+                f"FlowWarmupConfig: expected steps >= 0, batch_size >= 1, lr > 0, 0 <= label_noise "
+                f"<= 1, got {asdict(self)}"
+            )
 
 
-def flow_matching_loss(model: VelocityMLP, x0: torch.Tensor, labels: torch.Tensor,
-                       generator: torch.Generator) -> torch.Tensor:  # fmt: skip
+def flow_matching_loss(
+    model: VelocityMLP, x0: torch.Tensor, labels: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """The mean squared velocity error of one batch (0-dim)."""
     sigma = torch.sigmoid(torch.randn(x0.shape[0], generator=generator))
     noise = torch.randn(x0.shape, generator=generator)

@@ -44,8 +44,9 @@ class StepThread:
     `StepThread` is garbage (an idle thread holds no reference to it)."""
 
     def __init__(self, torch_threads: int | None) -> None:
-        if torch_threads is not None and (isinstance(torch_threads, bool) or not isinstance(torch_threads, int)
-                                          or torch_threads < 1):  # fmt: skip
+        if torch_threads is not None and (
+            isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1
+        ):
             raise ValueError(f"StepThread: expected None or an int >= 1 torch threads, got {torch_threads!r}")
         self.torch_threads = torch_threads
         self._executor = ThreadPoolExecutor(

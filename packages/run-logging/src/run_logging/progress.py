@@ -15,9 +15,13 @@ class Progress:
         self.fields = dict(fields)
         self._last: dict[str, str] = {}
         self._bar = tqdm(
-            total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr,
+            total=total,
+            initial=initial,
+            unit="step",
+            dynamic_ncols=True,
+            file=sys.stderr,
             disable=disable if disable is not None else None,
-        )  # fmt: skip
+        )
 
     def update(self, step: int, metrics: Mapping[str, object]) -> None:
         for label, name in self.fields.items():

@@ -84,19 +84,31 @@ class VLLMServerConfig:
 
     def command(self, port: int) -> list[str]:
         cmd = [
-            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", self.model,
-            "--served-model-name", self.served_model_name,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--seed", str(self.seed),
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--seed",
+            str(self.seed),
             "--enable-scale-out",  # /inference/v1/generate: token ids in/out, log-probs, weight_versions
-            "--logprobs-mode", "processed_logprobs",  # log-probs under softmax(logits / T), as the trainer
-            "--worker-extension-cls", EXTENSION_CLS,
-        ]  # fmt: skip
+            "--logprobs-mode",
+            "processed_logprobs",  # log-probs under softmax(logits / T), as the trainer
+            "--worker-extension-cls",
+            EXTENSION_CLS,
+        ]
         if self.routing == "extension":
             cmd += ["--no-enable-prefix-caching", "--enforce-eager"]
             # No chunked prefill on CPU. vllm 0.32 discards the token sampled for a partly prefilled request and
@@ -163,9 +175,12 @@ class VLLMServer:
         started = time.monotonic()
         with os.fdopen(log_fd, "wb") as log:
             process = subprocess.Popen(
-                config.command(port), stdout=log, stderr=subprocess.STDOUT, env=config.environment(),
+                config.command(port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=config.environment(),
                 start_new_session=True,
-            )  # fmt: skip
+            )
         server = cls(f"http://127.0.0.1:{port}", process=process, log_path=Path(log_name), nice=config.nice)
         try:
             server.wait_healthy(config.startup_timeout_s)

@@ -37,9 +37,18 @@ def decode_attention(
     threads (>= 1; `csrc/work_pool.h`).
     Also the CPU implementation of the op `torch.ops.native_engine.decode_attention`, which the compiled graph calls."""
     f32, i64 = torch.float32, torch.int64
-    check_tensors(_OP, (("q", q, f32, 3), ("k_new", k_new, f32, 3), ("v_new", v_new, f32, 3),
-                        ("key_cache", key_cache, f32, 4), ("value_cache", value_cache, f32, 4),
-                        ("slot_ids", slot_ids, i64, 1), ("positions", positions, i64, 1)))  # fmt: skip
+    check_tensors(
+        _OP,
+        (
+            ("q", q, f32, 3),
+            ("k_new", k_new, f32, 3),
+            ("v_new", v_new, f32, 3),
+            ("key_cache", key_cache, f32, 4),
+            ("value_cache", value_cache, f32, 4),
+            ("slot_ids", slot_ids, i64, 1),
+            ("positions", positions, i64, 1),
+        ),
+    )
     check_threads(_OP, threads)
     rows, heads, head_dim = q.shape
     num_slots, kv_heads, max_len = key_cache.shape[:3]

@@ -25,10 +25,17 @@ import torch
 
 # Not -ffast-math: linking a shared library with it sets flush-to-zero for the whole process (crtfastmath).
 FLAGS = (
-    "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math",
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fno-signed-zeros",
+    "-fassociative-math",
     "-ffinite-math-only",
-    "-pthread", "-fPIC", "-shared",
-)  # fmt: skip
+    "-pthread",
+    "-fPIC",
+    "-shared",
+)
 _BUILD_LOCK = threading.Lock()
 _FUNCTIONS: dict[tuple, Callable] = {}
 _LIBRARY = torch.library.Library("native_engine", "DEF")  # the kernels' custom ops: torch.ops.native_engine.*

@@ -82,9 +82,16 @@ def _attend(
     0 .. L-1 (key_index [L]) of each row's slot and masked at keys >= its position. Returns [S, H * D]."""
     if dims.kernel_threads:
         return torch.ops.native_engine.decode_attention(
-            q.contiguous(), k.contiguous(), v.contiguous(), key_cache, value_cache, slot_ids, positions, dims.scaling,
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            key_cache,
+            value_cache,
+            slot_ids,
+            positions,
+            dims.scaling,
             dims.kernel_threads,
-        )  # fmt: skip
+        )
     s, length, g = q.shape[0], key_index.shape[0], dims.heads // dims.kv_heads
     q = (q.float() * dims.scaling).view(s, dims.kv_heads, g, 1, dims.head_dim)  # query head h reads kv head h // g
     keys = key_cache.index_select(0, slot_ids)[:, :, None, :length].float()  # [S, KVH, 1, L, D]

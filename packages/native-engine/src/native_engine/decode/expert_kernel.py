@@ -34,8 +34,17 @@ def moe_experts(
     split over `threads` threads (>= 1).
     Also the CPU implementation of the op `torch.ops.native_engine.moe_experts`, which the compiled graph calls."""
     f32 = torch.float32
-    check_tensors(_OP, (("x", x, f32, 2), ("h", h, f32, 2), ("ids", ids, torch.int64, 2), ("weights", weights, f32, 2),
-                        ("gate_up", gate_up, f32, 3), ("down", down, f32, 3)))  # fmt: skip
+    check_tensors(
+        _OP,
+        (
+            ("x", x, f32, 2),
+            ("h", h, f32, 2),
+            ("ids", ids, torch.int64, 2),
+            ("weights", weights, f32, 2),
+            ("gate_up", gate_up, f32, 3),
+            ("down", down, f32, 3),
+        ),
+    )
     check_threads(_OP, threads)
     rows, hidden = x.shape
     experts, inter = down.shape[:2]
