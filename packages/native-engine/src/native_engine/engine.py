@@ -123,9 +123,6 @@ class NativeEngine:
         request = self._scheduler.get(request_id)
         return None if request is None else request.status
 
-    def reset_metrics(self) -> None:
-        self._metrics.reset()
-
     # ------------------------------------------------------------------ generation
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):

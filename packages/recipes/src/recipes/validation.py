@@ -32,10 +32,6 @@ class ValidationResult:
     metrics: dict[str, float]
     records: list[DumpRecord]
 
-    @property
-    def greedy_acc(self) -> float | None:
-        return self.metrics.get("val/greedy_acc")
-
 
 def _requests(
     examples: Sequence[TaskExample], cfg: ValidationConfig, step: int, seed: int, max_new_tokens: int

@@ -136,7 +136,7 @@ class VLLMServerConfig:
 
 
 class VLLMServer:
-    """A running (or attached) vLLM server. Use `VLLMServer.launch(config)` or `VLLMServer.attach(url)`."""
+    """A running vLLM server. Use `VLLMServer.launch(config)`, or pass the `process` the caller just started."""
 
     def __init__(
         self,
@@ -156,13 +156,6 @@ class VLLMServer:
             atexit.register(self.stop)
             with contextlib.suppress(ProcessLookupError):  # it already exited: wait_healthy reports why, with its log
                 lower_cpu_priority(process.pid, nice)
-
-    @classmethod
-    def attach(cls, base_url: str, *, timeout_s: float = 30.0) -> VLLMServer:
-        """A server someone else runs; `stop()` leaves it alone."""
-        server = cls(base_url)
-        server.wait_healthy(timeout_s)
-        return server
 
     @classmethod
     def launch(cls, config: VLLMServerConfig) -> VLLMServer:
@@ -192,7 +185,7 @@ class VLLMServer:
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
-            return "(no log: attached server)"
+            return "(no log)"
         with self.log_path.open("rb") as f:
             tail = deque(f, maxlen=lines)
         return b"".join(tail).decode("utf-8", "replace")
@@ -220,7 +213,7 @@ class VLLMServer:
         )
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Kills the server's whole process group (SIGTERM, then SIGKILL). Idempotent; no-op when attached."""
+        """Kills the server's whole process group (SIGTERM, then SIGKILL). Idempotent; no-op without a process."""
         proc = self.process
         if proc is None:
             return
