@@ -3,8 +3,8 @@
 the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`), the optimiser
 (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
 
-Defaults are the measured CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels
-randomised (the base draws the requested class with ~50% classifier probability), 16 classes x 8 samples per step,
+Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
+the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
 10 sampling steps with an SDE window of 2 steps in the first 5 (noise level 0.7), GRPO with a global std, AdamW at
 1e-4, 150 steps.
 """
@@ -30,7 +30,7 @@ def _help(text: str, default: object) -> object:
 class FlowRunConfig(RunConfig):
     steps: int = _help("training steps (prompts_per_step x samples_per_prompt images each)", 150)
     checkpoint_every: int = _help(
-        "save a checkpoint every k steps (0: only at the end); one takes ~0.3 s, six steps' worth here", 50
+        "save a checkpoint every k steps (0: only at the end); each costs several training steps' time", 50
     )
     warmup_cache: str = _help("directory of the cached base model and reward classifier", ".cache/flow")
     torch_threads: int = _help("torch intra-op threads of the trainer", 1)

@@ -4,8 +4,8 @@ Loss: `|| v_theta(x_sigma, sigma, y) - (noise - x0) ||^2` with `x_sigma = (1 - s
 drawn from a logit-normal (mean 0, std 1), the common choice for rectified flows.
 
 The base must leave room for RL: digits are so easy that a few hundred steps already draw the requested class
-~97% of the time. So the warm-up replaces a fraction `label_noise` of the labels by uniformly random ones: the base
-draws good digits that follow their label loosely (with the defaults, ~48% classifier reward under the validation
+almost every time. So the warm-up replaces a fraction `label_noise` of the labels by uniformly random ones: the base
+draws good digits that follow their label loosely (well below the classifier's ceiling under the validation
 sampler), a model that follows its prompt loosely, which is what RL on a prompt-following reward is for.
 """
 

@@ -3,11 +3,11 @@ this). Each component owns its section and builds itself from it: the algorithm 
 the training loop (`trainers.train_config`), the optimiser and backend (`trainers.backend.config`), the rollout
 engine (`recipes.engine_config`), the task and warm-up (`rl_tasks`).
 
-Defaults are the measured CPU recipe: digit sorting (lengths 2-12, so response lengths vary) from a 100-step
-supervised warm-up base (~40% greedy accuracy), 32 prompts x 8 samples per step, GRPO with PPO clip in bypass mode
-(old log-probs = the rollout's), AdamW at 1e-4, router replay on. The toy task's addition source is off by default:
-its warm-up leaves it near 2%, where 8 samples per prompt almost never find a reward, so RL cannot lift it within
-minutes; enable it with `--task.addition_weight 0.5`.
+Defaults are the CPU recipe: digit sorting (lengths 2-12, so response lengths vary)
+from a 100-step supervised warm-up base that leaves RL room, 32 prompts x 8 samples per step, GRPO with PPO clip in
+bypass mode (old log-probs = the rollout's), AdamW at 1e-4, router replay on. The toy task's addition source is off
+by default: its warm-up leaves it almost never right, so 8 samples per prompt almost never find a reward and RL
+cannot lift it within minutes; enable it with `--task.addition_weight 0.5`.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ class SortTaskConfig(ToyTaskConfig):
 
 @dataclass(frozen=True)
 class AppWarmupConfig(WarmupConfig):
-    """The warm-up with the apps' default length: on digit sorting a base of 44.9% greedy accuracy (seed 0), leaving
-    RL room (the calculator task's base landed at 18-46% depending on the seed, with the float32 warm-up)."""
+    """The warm-up with the apps' default length: on digit sorting a base that leaves RL room (its greedy accuracy:
+    docs/numerics.md); the calculator task's base depends much more on the seed."""
 
     steps: int = _help("supervised optimiser steps (0: the random model)", 100)
 

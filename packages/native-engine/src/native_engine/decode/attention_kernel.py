@@ -2,10 +2,9 @@
 `torch.ops.native_engine.decode_attention` that the compiled decode graph calls once per layer (fp32 only, see
 `c_kernels.supports`; the graph uses inductor's loops otherwise).
 
-Why: inductor's loops for the same math ran at ~400 us per layer for 64 rows x 96 positions on the tiny preset
-(horizontal sums per key, one serial accumulator for p.v, bounds checks per load). The C kernel reads each row's
-keys and values once; that is bound by memory latency on one core (~285 us from DRAM), so rows are split over
-threads (~155 us on two).
+Why: inductor's loops for the same math are slower (horizontal sums per key, one serial accumulator for p.v,
+bounds checks per load). The C kernel reads each row's keys and values once; that is bound by memory latency on one
+core, so rows are split over threads.
 """
 
 from __future__ import annotations

@@ -113,7 +113,8 @@ def function(source_name: str, defines: tuple[tuple[str, int], ...], symbol: str
 
 def define_op(schema: str, impl: Callable, fake: Callable) -> None:
     """Registers `native_engine::<schema>` with a CPU implementation and a fake one for tracing. A plain
-    `torch.library.Library` registration: its dispatch costs ~2 us a call where `torch.library.custom_op` costs ~8."""
+    `torch.library.Library` registration: its dispatch costs a fraction of `torch.library.custom_op`'s per call,
+    which counts for ops called once per layer per decode step."""
     name = schema.split("(", 1)[0]
     _LIBRARY.define(schema)
     _LIBRARY.impl(name, impl, "CPU")

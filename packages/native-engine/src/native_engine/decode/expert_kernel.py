@@ -2,9 +2,9 @@
 as the custom op `torch.ops.native_engine.moe_experts` that the compiled decode graph calls per MoE layer (fp32 only,
 see `c_kernels.supports`; the graph uses `decode_step.routed_experts`' grouped matmuls otherwise).
 
-Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between (~185 us per layer for
-64 rows, tiny preset). The kernel groups the (row, k) pairs by expert with a counting sort, runs each expert's
-FFN as register-tiled matmuls (~130 us on one thread) and splits the experts over threads (~77 us on two).
+Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between, which dominates at decode
+batch sizes. The kernel groups the (row, k) pairs by expert with a counting sort, runs each expert's FFN as
+register-tiled matmuls and splits the experts over threads.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class TorchBackendConfig:
     )
     experts_kernel: Literal["padded", "looped"] = _help(
         "the routed experts' path under autograd: padded (batched matmuls over a zero-padded buffer) or looped (a "
-        "matmul pair per expert: 1.1-1.3x faster train steps on CPU); they agree to float rounding, not bit for bit",
+        "matmul pair per expert, no padding: faster train steps on CPU); they agree to float rounding, not bit for bit",
         "looped",
     )
 
