@@ -65,24 +65,10 @@ def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured
 
 
 def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
-    return [
-        "--run.steps",
-        str(args.steps),
-        "--run.dir",
-        str(run_dir),
-        "--run.progress",
-        "false",
-        "--run.plots",
-        "false",
-        "--run.checkpoint_every",
-        "0",
-        "--validation.every_steps",
-        str(args.val_every),
-        "--run.seed",
-        str(args.seed),
-        *(["--config", args.config] if args.config else []),
-        *args.flags,
-    ]
+    return ["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
+            "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),
+            "--run.seed", str(args.seed), *(["--config", args.config] if args.config else []),
+            *args.flags]  # fmt: skip
 
 
 def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
@@ -99,14 +85,9 @@ def run_async(args: argparse.Namespace, root: Path, rep: int) -> Measured:
     from async_ppo.cli import parse
     from async_ppo.pipeline import train
 
-    flags = [
-        *_flags(args, root / f"async-{rep}"),
-        "--run.torch_threads",
-        str(args.trainer_threads),
-        *([] if args.max_staleness is None else ["--pipeline.max_staleness", str(args.max_staleness)]),
-        "--ray.temp_dir",
-        f"/tmp/avs_{os.getpid()}_{rep}",
-    ]
+    flags = [*_flags(args, root / f"async-{rep}"), "--run.torch_threads", str(args.trainer_threads),
+             *([] if args.max_staleness is None else ["--pipeline.max_staleness", str(args.max_staleness)]),
+             "--ray.temp_dir", f"/tmp/avs_{os.getpid()}_{rep}"]  # fmt: skip
     cfg, _ = parse(flags)
     t0 = time.perf_counter()
     train(cfg)

@@ -21,22 +21,9 @@ def _run(args: argparse.Namespace, run_dir: Path, staleness: int) -> tuple[float
     from flow_grpo.trainer import train
     from run_logging import read_metrics
 
-    cfg, _ = parse(
-        [
-            "--run.steps",
-            str(args.steps),
-            "--run.dir",
-            str(run_dir),
-            "--run.progress",
-            "false",
-            "--run.plots",
-            "false",
-            "--pipeline.max_staleness",
-            str(staleness),
-            "--ray.temp_dir",
-            f"/tmp/flow_grpo_bench_{staleness}",
-        ]
-    )
+    cfg, _ = parse(["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
+                    "--run.plots", "false", "--pipeline.max_staleness", str(staleness),
+                    "--ray.temp_dir", f"/tmp/flow_grpo_bench_{staleness}"])  # fmt: skip
     summary = train(cfg)
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if int(r["step"]) > 1]  # type: ignore[call-overload]
     seconds = sum(float(r["timing/step_s"]) for r in rows)  # type: ignore[arg-type]

@@ -29,28 +29,10 @@ def _curve(args: argparse.Namespace, run_dir: Path, mode: str, seed: int) -> tup
     from flow_grpo.trainer import train
     from run_logging import read_metrics
 
-    cfg, _ = parse(
-        [
-            "--run.steps",
-            str(args.steps),
-            "--run.seed",
-            str(seed),
-            "--run.dir",
-            str(run_dir),
-            "--algorithm.std_mode",
-            mode,
-            "--validation.every_steps",
-            str(args.val_every),
-            "--pipeline.ray",
-            "false",
-            "--run.progress",
-            "false",
-            "--run.plots",
-            "false",
-            "--run.checkpoint_every",
-            "0",
-        ]
-    )
+    cfg, _ = parse(["--run.steps", str(args.steps), "--run.seed", str(seed), "--run.dir", str(run_dir),
+                    "--algorithm.std_mode", mode, "--validation.every_steps", str(args.val_every),
+                    "--pipeline.ray", "false", "--run.progress", "false", "--run.plots", "false",
+                    "--run.checkpoint_every", "0"])  # fmt: skip
     train(cfg)
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/reward/mean" in r]
     return [int(r["step"]) for r in rows], [float(r["val/reward/mean"]) for r in rows]  # type: ignore[call-overload]

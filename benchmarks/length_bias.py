@@ -61,23 +61,10 @@ def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
 def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
     config = ["--config", args.config] if args.config else []
     return [
-        *config,
-        "--run.steps",
-        str(args.steps),
-        "--run.dir",
-        str(run_dir),
-        "--run.progress",
-        "false",
-        "--run.plots",
-        "false",
-        "--run.checkpoint_every",
-        "0",
-        "--validation.every_steps",
-        str(args.val_every),
-        "--run.seed",
-        str(args.seed),
-        *args.flags,
-    ]
+        *config, "--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
+        "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),
+        "--run.seed", str(args.seed), *args.flags,
+    ]  # fmt: skip
 
 
 def run_sync(args: argparse.Namespace, root: Path) -> Lengths:

@@ -67,23 +67,9 @@ def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
     from sync_ppo.cli import parse
     from sync_ppo.trainer import train
 
-    common = [
-        "--run.steps",
-        str(args.steps),
-        "--run.dir",
-        str(run_dir),
-        "--run.progress",
-        "false",
-        "--run.plots",
-        "false",
-        "--run.checkpoint_every",
-        "0",
-        "--validation.every_steps",
-        str(args.val_every),
-        "--run.seed",
-        str(args.seed),
-        *args.task_flags,
-    ]
+    common = ["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
+              "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),
+              "--run.seed", str(args.seed), *args.task_flags]  # fmt: skip
     cfg, _ = parse([*common, *flags])
     train(cfg)
     return cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt

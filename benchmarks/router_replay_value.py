@@ -113,28 +113,10 @@ def _train(run_dir: Path, steps: int, seed: int, replay: bool) -> list[dict[str,
     from sync_ppo.cli import parse
     from sync_ppo.trainer import train
 
-    cfg, _ = parse(
-        [
-            "--run.steps",
-            str(steps),
-            "--run.seed",
-            str(seed),
-            "--run.dir",
-            str(run_dir),
-            "--rollout.engine.dtype",
-            "bfloat16",
-            "--train.router_replay",
-            str(replay).lower(),
-            "--run.progress",
-            "false",
-            "--run.plots",
-            "false",
-            "--run.checkpoint_every",
-            "0",
-            "--validation.every_steps",
-            str(max(1, steps // 3)),
-        ]
-    )
+    cfg, _ = parse(["--run.steps", str(steps), "--run.seed", str(seed), "--run.dir", str(run_dir),
+                    "--rollout.engine.dtype", "bfloat16", "--train.router_replay", str(replay).lower(),
+                    "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "0",
+                    "--validation.every_steps", str(max(1, steps // 3))])  # fmt: skip
     train(cfg)
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if int(r["step"]) > 0]  # type: ignore[call-overload]
 

@@ -63,19 +63,8 @@ def base_sha256(warmup_cache: Path) -> str:
 
 def run_app(app: str, run_dir: Path, warmup_cache: Path, *flags: str) -> None:
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-    argv = [
-        sys.executable,
-        str(ROOT / "apps" / app),
-        "--run.steps",
-        "5",
-        "--run.dir",
-        str(run_dir),
-        "--run.warmup_cache",
-        str(warmup_cache),
-        "--run.progress",
-        "false",
-        *flags,
-    ]
+    argv = [sys.executable, str(ROOT / "apps" / app), "--run.steps", "5", "--run.dir", str(run_dir),
+            "--run.warmup_cache", str(warmup_cache), "--run.progress", "false", *flags]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 

@@ -14,37 +14,12 @@ from run_logging import read_metrics
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "--task.train_size",
-    "400",
-    "--task.val_size",
-    "12",
-    "--task.addition_weight",
-    "0.5",
-    "--task.sort_weight",
-    "0.5",
-    "--warmup.steps",
-    "8",
-    "--warmup.examples_per_step",
-    "16",
-    "--rollout.prompts_per_step",
-    "4",
-    "--rollout.samples_per_prompt",
-    "3",
-    "--rollout.engine.slots",
-    "16",
-    "--run.steps",
-    "3",
-    "--train.mismatch_sample_seqs",
-    "4",
-    "--validation.every_steps",
-    "3",
-    "--validation.max_prompts",
-    "8",
-    "--run.progress",
-    "false",
-    "--run.plots",
-    "false",
-]
+    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
+    "--run.steps", "3", "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "3",
+    "--validation.max_prompts", "8", "--run.progress", "false", "--run.plots", "false",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,44 +8,17 @@ from pathlib import Path
 from trainers.dumps import read_dump
 
 TASK = [
-    "--task.train_size",
-    "400",
-    "--task.val_size",
-    "12",
-    "--task.addition_weight",
-    "0.5",
-    "--task.sort_weight",
-    "0.5",
-    "--warmup.steps",
-    "8",
-    "--warmup.examples_per_step",
-    "16",
-]
+    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+]  # fmt: skip
 
 
 TINY = [  # the tiny async settings (tests/async_ppo/conftest.py builds configs from them)
     *TASK,
-    "--rollout.prompts_per_step",
-    "4",
-    "--rollout.samples_per_prompt",
-    "3",
-    "--rollout.engine.slots",
-    "16",
-    "--train.mismatch_sample_seqs",
-    "4",
-    "--validation.every_steps",
-    "2",
-    "--validation.max_prompts",
-    "8",
-    "--run.progress",
-    "false",
-    "--run.plots",
-    "false",
-    "--run.checkpoint_every",
-    "1",
-    "--run.keep_checkpoints",
-    "10",
-]
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
+    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
+    "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "1", "--run.keep_checkpoints", "10",
+]  # fmt: skip
 
 
 def trained_prompt_indices(run_dir: Path, prompts_per_step: int, steps: range) -> list[int]:

@@ -27,18 +27,8 @@ from trainers.dumps import read_dump
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 STEPS, PROMPTS = 6, 4
 ROLLOUT_NODES = ("rollout_0", "rollout_1", "rollout_2")
-ROLES = [
-    "--ray.num_rollouters",
-    "2",
-    "--ray.trainer_resource",
-    "trainer_node",
-    "--ray.rollouter_resource",
-    "rollout_node",
-    "--ray.validator_resource",
-    "validate_node",
-    "--ray.placement_strategy",
-    "SPREAD",
-]
+ROLES = ["--ray.num_rollouters", "2", "--ray.trainer_resource", "trainer_node", "--ray.rollouter_resource",
+         "rollout_node", "--ray.validator_resource", "validate_node", "--ray.placement_strategy", "SPREAD"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -44,19 +44,8 @@ def _kill_everything(proc: subprocess.Popen[bytes], ray_dir: str) -> None:
 def test_kill_9_then_resume_trains_every_prompt_exactly_once(tmp_path: Path, warmup_cache: Path) -> None:
     run, log = tmp_path / "run", tmp_path / "app.log"
     ray_dir = f"/tmp/apk_{uuid.uuid4().hex[:8]}"
-    flags = [
-        *TINY,
-        "--run.warmup_cache",
-        str(warmup_cache),
-        "--run.dir",
-        str(run),
-        "--run.steps",
-        str(STEPS),
-        "--run.checkpoint_every",
-        "2",
-        "--ray.temp_dir",
-        ray_dir,
-    ]
+    flags = [*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run), "--run.steps", str(STEPS),
+             "--run.checkpoint_every", "2", "--ray.temp_dir", ray_dir]  # fmt: skip
     proc = _start(flags, log)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "2" / "COMPLETE").exists():

@@ -39,11 +39,8 @@ def test_async_opd_trains_on_teacher_scores_through_a_teacher_crash(
 ) -> None:
     run = tmp_path / "run"
     # replica 0 dies on its 3rd call, with that call pending: Ray restarts it and runs the call again
-    train(
-        tiny_config(
-            run, "--run.steps", "3", *TEACHER, "--teacher.top_k", "3", "--faults.teacher_crash_after_calls", "3"
-        )
-    )
+    train(tiny_config(run, "--run.steps", "3", *TEACHER, "--teacher.top_k", "3",
+                      "--faults.teacher_crash_after_calls", "3"))  # fmt: skip
     rows = read_metrics(run / "metrics.jsonl")
     train_rows = [r for r in rows if "timing/train_s" in r]
     assert [r["step"] for r in train_rows] == [1, 2, 3]
@@ -61,18 +58,8 @@ def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_de
     named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
     run = tmp_path / "run"
     # two teachers of one replica each, half a CPU apiece: the module's 3 CPUs hold trainer, rollouter and pool
-    train(
-        tiny_config(
-            run,
-            "--run.steps",
-            "2",
-            *TEACHER,
-            "--teacher.sources",
-            f"addition={named.directory}",
-            "--teacher.cpus",
-            "0.5",
-        )
-    )
+    train(tiny_config(run, "--run.steps", "2", *TEACHER, "--teacher.sources", f"addition={named.directory}",
+                      "--teacher.cpus", "0.5"))  # fmt: skip
     last = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r][-1]
     sources = [r.data_source for step in (1, 2) for r in read_dump(run / "rollouts" / f"{step}.jsonl")]
     groups = {s: sources.count(s) // 3 for s in set(sources)}  # 3 responses per group, one call per group

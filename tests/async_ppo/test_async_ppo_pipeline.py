@@ -105,23 +105,9 @@ def test_responses_in_flight_at_a_push_span_two_versions_with_each_row_from_the_
     # so did a run under a CPU hog, where training took 4 s a step). With 4 slots and 40 ms per decode step,
     # generating a step takes ~2 s here; each push after step 2 lands with 4 responses in flight.
     run = tmp_path / mode
-    train(
-        tiny_config(
-            run,
-            "--run.steps",
-            "4",
-            "--rollout.engine.slots",
-            "4",
-            "--rollout.engine.step_delay_ms",
-            "40",
-            "--rollout.samples_per_prompt",
-            "6",
-            "--pipeline.pause_mode",
-            mode,
-            "--validation.every_steps",
-            "4",
-        )
-    )
+    train(tiny_config(run, "--run.steps", "4", "--rollout.engine.slots", "4", "--rollout.engine.step_delay_ms", "40",
+                      "--rollout.samples_per_prompt", "6", "--pipeline.pause_mode", mode,
+                      "--validation.every_steps", "4"))  # fmt: skip
     spanning = 0
     for step in range(1, 5):
         for r in read_dump(run / "rollouts" / f"{step}.jsonl"):

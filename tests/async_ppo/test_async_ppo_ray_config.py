@@ -36,18 +36,9 @@ def test_ray_config_rejects_a_node_ip_ray_would_not_bind_as_asked_and_a_startup_
 
 
 def test_placement_flags_parse_and_a_resource_name_must_be_a_custom_one() -> None:
-    cfg, _ = parse(
-        [
-            "--ray.placement_strategy",
-            "SPREAD",
-            "--ray.trainer_resource",
-            "trainer_node",
-            "--ray.rollouter_resource",
-            "rollout_node",
-            "--ray.validator_resource",
-            "validate_node",
-        ]
-    )
+    cfg, _ = parse(["--ray.placement_strategy", "SPREAD", "--ray.trainer_resource", "trainer_node",
+                    "--ray.rollouter_resource", "rollout_node",
+                    "--ray.validator_resource", "validate_node"])  # fmt: skip
     got = (cfg.ray.placement_strategy, cfg.ray.trainer_resource, cfg.ray.rollouter_resource, cfg.ray.validator_resource)
     assert got == ("SPREAD", "trainer_node", "rollout_node", "validate_node")
     assert RayConfig().placement_strategy == "PACK" and RayConfig().trainer_resource == ""

@@ -24,17 +24,8 @@ def test_sigterm_mid_run_removes_the_ray_temp_dir_and_frees_the_run_directory(
     tmp_path: Path, warmup_cache: Path
 ) -> None:
     run, ray_dir = tmp_path / "run", f"/tmp/aps_{uuid.uuid4().hex[:8]}"
-    flags = [
-        *TINY,
-        "--run.warmup_cache",
-        str(warmup_cache),
-        "--run.dir",
-        str(run),
-        "--run.steps",
-        "40",
-        "--ray.temp_dir",
-        ray_dir,
-    ]
+    flags = [*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run), "--run.steps", "40",
+             "--ray.temp_dir", ray_dir]  # fmt: skip
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
     proc = subprocess.Popen(
         [sys.executable, str(APP), *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

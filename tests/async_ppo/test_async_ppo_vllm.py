@@ -63,41 +63,15 @@ ROLLOUTER = (
 )
 
 TINY = [
-    "--task.train_size",
-    "400",
-    "--task.val_size",
-    "12",
-    "--warmup.steps",
-    "8",
-    "--warmup.examples_per_step",
-    "16",
-    "--rollout.engine",
-    "vllm",
-    "--rollout.prompts_per_step",
-    str(PROMPTS),
-    "--rollout.samples_per_prompt",
-    str(SAMPLES),
-    "--rollout.engine.max_num_seqs",
-    "64",
-    "--validation.every_steps",
-    "100",
-    "--validation.max_prompts",
-    "8",
-    "--pipeline.max_staleness",
-    str(MAX_STALENESS),
-    "--run.steps",
-    str(STEPS),
-    "--run.progress",
-    "false",
-    "--run.plots",
-    "false",
-    "--run.checkpoint_every",
-    "0",
-    "--ray.stall_timeout_s",
-    "240",
-    "--ray.call_timeout_s",
-    "240",
-]
+    "--task.train_size", "400", "--task.val_size", "12",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+    "--rollout.engine", "vllm", "--rollout.prompts_per_step", str(PROMPTS),
+    "--rollout.samples_per_prompt", str(SAMPLES), "--rollout.engine.max_num_seqs", "64",
+    "--validation.every_steps", "100", "--validation.max_prompts", "8",
+    "--pipeline.max_staleness", str(MAX_STALENESS),
+    "--run.steps", str(STEPS), "--run.progress", "false", "--run.plots", "false", "--run.checkpoint_every", "0",
+    "--ray.stall_timeout_s", "240", "--ray.call_timeout_s", "240",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -107,19 +81,8 @@ def warmup_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _config(run_dir: Path, warmup_cache: Path, pause_mode: str) -> AsyncConfig:
     ray_temp = tempfile.mkdtemp(prefix="apv_", dir="/tmp")  # unix socket paths under it must stay < 107 chars
-    cfg, resume = parse(
-        [
-            *TINY,
-            "--run.dir",
-            str(run_dir),
-            "--run.warmup_cache",
-            str(warmup_cache),
-            "--ray.temp_dir",
-            ray_temp,
-            "--pipeline.pause_mode",
-            pause_mode,
-        ]
-    )
+    cfg, resume = parse([*TINY, "--run.dir", str(run_dir), "--run.warmup_cache", str(warmup_cache),
+                         "--ray.temp_dir", ray_temp, "--pipeline.pause_mode", pause_mode])  # fmt: skip
     assert not resume
     return cfg
 

@@ -9,40 +9,14 @@ from pathlib import Path
 from trainers.dumps import read_dump
 
 TASK = [
-    "--task.train_size",
-    "400",
-    "--task.val_size",
-    "12",
-    "--task.addition_weight",
-    "0.5",
-    "--task.sort_weight",
-    "0.5",
-    "--warmup.steps",
-    "8",
-    "--warmup.examples_per_step",
-    "16",
-]
+    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+]  # fmt: skip
 COMMON = [
-    *TASK,
-    "--rollout.prompts_per_step",
-    "4",
-    "--rollout.samples_per_prompt",
-    "3",
-    "--rollout.engine.slots",
-    "16",
-    "--train.mismatch_sample_seqs",
-    "4",
-    "--validation.every_steps",
-    "2",
-    "--validation.max_prompts",
-    "8",
-    "--run.progress",
-    "false",
-    "--run.plots",
-    "false",
-    "--run.keep_checkpoints",
-    "10",
-]
+    *TASK, "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "3", "--rollout.engine.slots", "16",
+    "--train.mismatch_sample_seqs", "4", "--validation.every_steps", "2", "--validation.max_prompts", "8",
+    "--run.progress", "false", "--run.plots", "false", "--run.keep_checkpoints", "10",
+]  # fmt: skip
 PROMPTS_PER_STEP = 4
 
 

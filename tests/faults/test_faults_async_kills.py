@@ -64,11 +64,8 @@ def test_a_rollouter_killed_mid_group_is_replaced_and_every_prompt_is_trained_ex
 
     monkeypatch.setattr(RolloutFleet, "wait", wait)
     run = tmp_path / "run"
-    cfg, _ = parse(
-        app_flags(
-            run, warmup_cache, "--run.steps", str(STEPS), "--ray.temp_dir", ray_dir, "--rollout.engine.slots", "2"
-        )
-    )
+    cfg, _ = parse(app_flags(run, warmup_cache, "--run.steps", str(STEPS), "--ray.temp_dir", ray_dir,
+                             "--rollout.engine.slots", "2"))  # fmt: skip
     train(cfg)
     tally.schedule(faults=1)
     tally.note(

@@ -72,18 +72,8 @@ def test_a_raising_and_a_hanging_reward_are_counted_errors_and_the_run_goes_on(
     faulty = FaultyRewards()
     monkeypatch.setattr(sync_trainer, "score_all", faulty.score_all(rollout.score_all))
     run = tmp_path / "run"
-    cfg, _ = parse(
-        app_flags(
-            run,
-            warmup_cache,
-            "--run.steps",
-            "3",
-            "--run.checkpoint_every",
-            "3",
-            "--rollout.reward_timeout_s",
-            str(TIMEOUT_S),
-        )
-    )
+    cfg, _ = parse(app_flags(run, warmup_cache, "--run.steps", "3", "--run.checkpoint_every", "3",
+                             "--rollout.reward_timeout_s", str(TIMEOUT_S)))  # fmt: skip
     t0 = time.perf_counter()
     try:
         sync_trainer.train(cfg)

@@ -13,35 +13,12 @@ from flow_grpo.trainer import train
 from run_logging import read_metrics
 
 TINY = [
-    "--warmup.steps",
-    "60",
-    "--reward.steps",
-    "150",
-    "--model.hidden",
-    "64",
-    "--model.depth",
-    "2",
-    "--rollout.prompts_per_step",
-    "4",
-    "--rollout.samples_per_prompt",
-    "4",
-    "--sampler.num_steps",
-    "6",
-    "--sampler.window_hi",
-    "4",
-    "--validation.samples_per_class",
-    "3",
-    "--validation.num_steps",
-    "6",
-    "--validation.grid_per_class",
-    "2",
-    "--validation.every_steps",
-    "3",
-    "--run.progress",
-    "false",
-    "--optim.lr",
-    "1e-3",
-]
+    "--warmup.steps", "60", "--reward.steps", "150", "--model.hidden", "64", "--model.depth", "2",
+    "--rollout.prompts_per_step", "4", "--rollout.samples_per_prompt", "4", "--sampler.num_steps", "6",
+    "--sampler.window_hi", "4", "--validation.samples_per_class", "3", "--validation.num_steps", "6",
+    "--validation.grid_per_class", "2", "--validation.every_steps", "3", "--run.progress", "false",
+    "--optim.lr", "1e-3",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -118,19 +95,8 @@ def test_a_ray_rollouter_gives_the_same_run_as_an_in_process_one(cache: str, tmp
     keys = ("reward/mean", "actor/pg_loss", "val/reward/mean", "rollout/version_lag")
     temp = f"/tmp/flow_grpo_test_{os.getpid()}"  # short: Ray's socket paths must fit in 107 bytes
     local = _run(cache, tmp_path / "local", "--run.steps", "4", "--pipeline.max_staleness", "1")
-    argv = [
-        *TINY,
-        "--run.warmup_cache",
-        cache,
-        "--run.dir",
-        str(tmp_path / "ray"),
-        "--run.steps",
-        "4",
-        "--pipeline.max_staleness",
-        "1",
-        "--ray.temp_dir",
-        temp,
-    ]
+    argv = [*TINY, "--run.warmup_cache", cache, "--run.dir", str(tmp_path / "ray"), "--run.steps", "4",
+            "--pipeline.max_staleness", "1", "--ray.temp_dir", temp]  # fmt: skip
     cfg, _ = parse(argv)
     assert cfg.pipeline.ray
     train(cfg)
@@ -142,20 +108,8 @@ def test_a_ray_rollouter_gives_the_same_run_as_an_in_process_one(cache: str, tmp
 @pytest.mark.slow
 def test_the_default_recipe_raises_the_validation_reward(tmp_path: Path):
     run = tmp_path / "run"
-    argv = [
-        "--run.warmup_cache",
-        str(tmp_path / "cache"),
-        "--run.dir",
-        str(run),
-        "--run.steps",
-        "60",
-        "--pipeline.ray",
-        "false",
-        "--run.progress",
-        "false",
-        "--run.plots",
-        "false",
-    ]
+    argv = ["--run.warmup_cache", str(tmp_path / "cache"), "--run.dir", str(run), "--run.steps", "60",
+            "--pipeline.ray", "false", "--run.progress", "false", "--run.plots", "false"]  # fmt: skip
     cfg, _ = parse(argv)
     summary = train(cfg)
     assert summary.base_val_reward <= 0.6  # the base leaves room

@@ -30,43 +30,19 @@ CHOICES = {
     "kl-loss": (["--algorithm.kl.coef", "0.05", "--algorithm.kl.estimator", "k3+"], "actor/kl_loss"),
     "kl-reward": (["--algorithm.kl.coef", "0.05", "--algorithm.kl.mode", "reward"], "kl_penalty/kl_mean"),
     "seq-mean-token-sum-norm": (["--algorithm.agg_mode", "seq-mean-token-sum-norm"], "actor/pg_loss"),
-    "token-tis": (
-        [
-            "--algorithm.correction.is_level",
-            "token",
-            "--algorithm.correction.is_cap",
-            "2",
-            "--algorithm.old_log_probs",
-            "recompute",
-        ],
-        "rollout_corr/is_mean",
-    ),
-    "seq-icepop": (
-        [
-            "--algorithm.correction.is_level",
-            "sequence",
-            "--algorithm.correction.is_band",
-            "0.5,2",
-            "--algorithm.old_log_probs",
-            "recompute",
-        ],
-        "rollout_corr/is_ess",
-    ),
-    "rejection": (
-        ["--algorithm.correction.reject_token", "0.5,2", "--algorithm.correction.reject_seq_mean", "0.8,1.25"],
-        "rollout_corr/masked_token_frac",
-    ),
+    "token-tis": (["--algorithm.correction.is_level", "token", "--algorithm.correction.is_cap", "2",
+                   "--algorithm.old_log_probs", "recompute"], "rollout_corr/is_mean"),
+    "seq-icepop": (["--algorithm.correction.is_level", "sequence", "--algorithm.correction.is_band", "0.5,2",
+                    "--algorithm.old_log_probs", "recompute"], "rollout_corr/is_ess"),
+    "rejection": (["--algorithm.correction.reject_token", "0.5,2", "--algorithm.correction.reject_seq_mean",
+                   "0.8,1.25"], "rollout_corr/masked_token_frac"),
     "mini-batches": (["--train.mini_batches_per_step", "2", "--train.ppo_epochs", "2"], "actor/grad_norm_max"),
     "opd-pg-top-k": (["--algorithm.kind", "opd", *TEACHER, "--teacher.top_k", "4"], "opd/outside_top_k"),
-    "opd-k3-reward": (
-        ["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "k3", "--algorithm.reward_coef", "0.5"],
-        "opd/kl_loss",
-    ),
-    "opd-topk-fkl": (
-        ["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "topk_fkl", "--teacher.top_k", "3"],
-        "opd/fkl_loss",
-    ),
-}
+    "opd-k3-reward": (["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "k3", "--algorithm.reward_coef",
+                       "0.5"], "opd/kl_loss"),
+    "opd-topk-fkl": (["--algorithm.kind", "opd", *TEACHER, "--algorithm.loss", "topk_fkl", "--teacher.top_k", "3"],
+                     "opd/fkl_loss"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(CHOICES))
@@ -88,20 +64,8 @@ def test_a_named_teacher_scores_its_data_source_and_the_default_teacher_the_rest
     cfg = tiny_config(tmp_path / "probe", "--algorithm.kind", "opd", *TEACHER)
     named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
     run = tmp_path / "run"
-    train(
-        tiny_config(
-            run,
-            "--run.steps",
-            "2",
-            "--run.plots",
-            "false",
-            "--algorithm.kind",
-            "opd",
-            *TEACHER,
-            "--teacher.sources",
-            f"sort={named.directory}",
-        )
-    )
+    train(tiny_config(run, "--run.steps", "2", "--run.plots", "false", "--algorithm.kind", "opd", *TEACHER,
+                      "--teacher.sources", f"sort={named.directory}"))  # fmt: skip
     rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
     for step, row in zip((1, 2), rows, strict=True):
         sources = [r.data_source for r in read_dump(run / "rollouts" / f"{step}.jsonl") if r.status.value == "ok"]

@@ -21,19 +21,8 @@ def test_a_bf16_engine_run_trains_and_shows_replay_against_no_replay(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     run = tmp_path / "run"
-    cfg = tiny_config(
-        run,
-        "--run.steps",
-        "2",
-        "--rollout.engine.dtype",
-        "bfloat16",
-        "--backend.compute_dtype",
-        "bfloat16",
-        "--debug.precision_steps",
-        "2",
-        "--debug.precision_samples",
-        "3",
-    )
+    cfg = tiny_config(run, "--run.steps", "2", "--rollout.engine.dtype", "bfloat16", "--backend.compute_dtype",
+                      "bfloat16", "--debug.precision_steps", "2", "--debug.precision_samples", "3")  # fmt: skip
     train(cfg)
     rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
     for row in rows:

@@ -20,17 +20,11 @@ def _needs(library: str, marker: pytest.MarkDecorator, script: str) -> list[pyte
 
 
 BACKENDS = [
-    pytest.param(
-        ("--backend.kind", "veomni", "--backend.ranks", "2"),
-        id="veomni",
-        marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh"),
-    ),
-    pytest.param(
-        ("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
-        id="megatron",
-        marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh"),
-    ),
-]
+    pytest.param(("--backend.kind", "veomni", "--backend.ranks", "2"), id="veomni",
+                 marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh")),
+    pytest.param(("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
+                 id="megatron", marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
+]  # fmt: skip
 VOLATILE = ("timing/", "perf/")
 
 

@@ -23,15 +23,8 @@ def test_tiny_run_writes_every_artifact_and_dumps_no_padding(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     # 4 prompts x 3 samples = 12 samples; 5 mini-batches force 3 inert pads per step
-    cfg = tiny_config(
-        tmp_path / "run",
-        "--run.steps",
-        "2",
-        "--train.mini_batches_per_step",
-        "5",
-        "--validation.samples_per_prompt",
-        "2",
-    )
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--train.mini_batches_per_step", "5",
+                      "--validation.samples_per_prompt", "2")  # fmt: skip
     summary = train(cfg)
     root = tmp_path / "run"
     rows = read_metrics(root / "metrics.jsonl")

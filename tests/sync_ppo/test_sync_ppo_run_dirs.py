@@ -17,18 +17,8 @@ APP = Path(__file__).resolve().parents[2] / "apps" / "sync_ppo"
 
 
 def test_two_runs_started_together_get_their_own_run_directories(tmp_path: Path, warmup_cache: Path) -> None:
-    flags = [
-        *TINY,
-        *TOY_TASK,
-        "--rollout.engine.slots",
-        "16",
-        "--run.warmup_cache",
-        str(warmup_cache),
-        "--run.steps",
-        "1",
-        "--run.plots",
-        "false",
-    ]
+    flags = [*TINY, *TOY_TASK, "--rollout.engine.slots", "16", "--run.warmup_cache", str(warmup_cache),
+             "--run.steps", "1", "--run.plots", "false"]  # fmt: skip
     procs = [
         subprocess.Popen(
             [sys.executable, str(APP), *flags],

@@ -36,17 +36,8 @@ def test_two_steps_with_sglang_push_weights_and_replay_its_routing(
         token_delay=0.0,
     )
     try:
-        cfg = tiny_config(
-            tmp_path / "run",
-            "--run.steps",
-            "2",
-            "--run.plots",
-            "false",
-            "--rollout.engine",
-            "sglang",
-            "--rollout.engine.urls",
-            server.url,
-        )
+        cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--rollout.engine", "sglang",
+                          "--rollout.engine.urls", server.url)  # fmt: skip
         train(cfg)
     finally:
         server.stop()

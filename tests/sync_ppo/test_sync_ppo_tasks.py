@@ -42,19 +42,8 @@ def test_a_jsonl_dataset_with_exact_match_trains_two_steps(
 ) -> None:
     data = tmp_path / "sort.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _verl_rows(200)))
-    cfg = tiny_config(
-        tmp_path / "run",
-        "--run.steps",
-        "2",
-        "--run.plots",
-        "false",
-        "--task",
-        "dataset",
-        "--task.train_file",
-        str(data),
-        "--task.val_size",
-        "8",
-    )
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "dataset",
+                      "--task.train_file", str(data), "--task.val_size", "8")  # fmt: skip
     train(cfg)
     rows = _steps(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_samples"] == 12.0 for r in rows)
@@ -73,21 +62,9 @@ def test_a_parquet_dataset_with_the_gsm8k_checker_trains_two_steps(
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "lengths.parquet")
     val = tmp_path / "val.jsonl"
     val.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
-    cfg = tiny_config(
-        tmp_path / "run",
-        "--run.steps",
-        "2",
-        "--run.plots",
-        "false",
-        "--task",
-        "dataset",
-        "--task.train_file",
-        str(tmp_path / "lengths.parquet"),
-        "--task.val_file",
-        str(val),
-        "--task.reward",
-        "gsm8k",
-    )
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "dataset",
+                      "--task.train_file", str(tmp_path / "lengths.parquet"), "--task.val_file", str(val),
+                      "--task.reward", "gsm8k")  # fmt: skip
     train(cfg)
     assert [r["step"] for r in _steps(tmp_path / "run")] == [1, 2]
 
@@ -96,21 +73,8 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     # 40 warm-up steps: enough for the base to call the tool (so episodes have several turns), ~10 s here
-    cfg = tiny_config(
-        tmp_path / "run",
-        "--run.steps",
-        "2",
-        "--run.plots",
-        "false",
-        "--task",
-        "calculator",
-        "--task.train_size",
-        "400",
-        "--task.val_size",
-        "12",
-        "--warmup.steps",
-        "40",
-    )
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "calculator",
+                      "--task.train_size", "400", "--task.val_size", "12", "--warmup.steps", "40")  # fmt: skip
     train(cfg)
     rows = _steps(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_turns_mean"] >= 1.0 for r in rows)
@@ -133,23 +97,9 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
 def test_the_scratchpad_task_trains_on_whole_traces_and_scores_only_the_final_answer(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
-    cfg = tiny_config(
-        tmp_path / "run",
-        "--run.steps",
-        "2",
-        "--run.plots",
-        "false",
-        "--task",
-        "scratchpad",
-        "--task.train_size",
-        "300",
-        "--task.val_size",
-        "8",
-        "--task.sort.max_len",
-        "6",
-        "--warmup.steps",
-        "30",
-    )
+    cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--task", "scratchpad",
+                      "--task.train_size", "300", "--task.val_size", "8", "--task.sort.max_len", "6",
+                      "--warmup.steps", "30")  # fmt: skip
     assert cfg.task.kind == "scratchpad" and cfg.rollout.max_new_tokens == 0  # the budget: the longest trace + EOS
     train(cfg)
     rows = _steps(tmp_path / "run")

@@ -68,9 +68,9 @@ def summarize(run: RunDir, *, seed: int, wall_s: float, base_val_acc: float | No
     final = max(val, key=lambda r: int(r["step"])) if val else None  # type: ignore[arg-type]
     return RunSummary(
         run_dir=run.root,
-        steps=max((int(r["step"]) for r in rows), default=0),
+        steps=max((int(r["step"]) for r in rows), default=0),  # type: ignore[arg-type]
         seed=seed,
-        wall_s=wall_s,  # type: ignore[arg-type]
+        wall_s=wall_s,
         base_val_acc=base_val_acc,
         final_val_acc=float(final["val/greedy_acc"]) if final else None,  # type: ignore[arg-type]
         samples_per_s=_mean_of(rows, "perf/samples_per_s"),

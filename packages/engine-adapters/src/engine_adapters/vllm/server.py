@@ -84,31 +84,19 @@ class VLLMServerConfig:
 
     def command(self, port: int) -> list[str]:
         cmd = [
-            str(self.python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            self.model,
-            "--served-model-name",
-            self.served_model_name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            self.dtype,
-            "--max-model-len",
-            str(self.max_model_len),
-            "--max-num-seqs",
-            str(self.max_num_seqs),
-            "--seed",
-            str(self.seed),
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model,
+            "--served-model-name", self.served_model_name,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--seed", str(self.seed),
             "--enable-scale-out",  # /inference/v1/generate: token ids in/out, log-probs, weight_versions
-            "--logprobs-mode",
-            "processed_logprobs",  # log-probs under softmax(logits / T), as the trainer
-            "--worker-extension-cls",
-            EXTENSION_CLS,
-        ]
+            "--logprobs-mode", "processed_logprobs",  # log-probs under softmax(logits / T), as the trainer
+            "--worker-extension-cls", EXTENSION_CLS,
+        ]  # fmt: skip
         if self.routing == "extension":
             cmd += ["--no-enable-prefix-caching", "--enforce-eager"]
             # No chunked prefill on CPU. vllm 0.32 discards the token sampled for a partly prefilled request and
