@@ -64,8 +64,8 @@ def test_a_vllm_server_killed_mid_request_ends_every_call_as_a_counted_error_wit
     errors = [t for t in trajectories if t.status is TrajectoryStatus.ERROR]  # type: ignore[attr-defined]
     tally.note(
         f"injected: SIGKILL to the vLLM server mid-stream; {len(errors)}/{len(trajectories)} calls ended as "
-        f"errors after {stopped:.1f} s (e.g. {errors[0].error if errors else None}); a later call: {late_error}"
-    )  # type: ignore[attr-defined]
+        f"errors after {stopped:.1f} s (e.g. {errors[0].error if errors else None}); a later call: {late_error}"  # type: ignore[attr-defined]
+    )
     tally.check(len(errors) > 0, "no call was in flight when the server died")
     tally.check(
         all(t.status in (TrajectoryStatus.OK, TrajectoryStatus.ERROR) for t in trajectories),  # type: ignore[attr-defined]

@@ -119,9 +119,8 @@ class Experts(nn.Module):
         per expert and sum them (a visible share of a long-tail training step's CPU time)."""
         sizes = counts.tolist()
         out = []
-        for rows, gate_up, down in zip(
-            x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0), strict=True
-        ):
+        per_expert = zip(x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0), strict=True)
+        for rows, gate_up, down in per_expert:
             if rows.shape[0]:
                 gate, up = (rows @ gate_up.T).chunk(2, dim=-1)  # [n, I] each
                 out.append((F.silu(gate) * up) @ down.T)  # [n, hidden]

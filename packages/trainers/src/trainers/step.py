@@ -90,9 +90,8 @@ def score(
     """`[B, T-1]` no-grad log-probs of the whole batch, in micro-batches of at most `budget` padded tokens."""
     out = torch.zeros(batch.rollout_log_probs.shape, dtype=torch.float32, device=backend.device)
     groups = split_by_token_budget(batch.seq_lengths.tolist(), range(batch.batch_size), budget)
-    for rows, lp in zip(
-        groups, backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role), strict=True
-    ):
+    scored = backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role)
+    for rows, lp in zip(groups, scored, strict=True):
         out[rows, : lp.shape[1]] = lp
     return out
 
