@@ -53,11 +53,15 @@ def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured
     reached = [s for s in trained if float(steps[s].get("val/greedy_acc", -1.0)) >= target]  # type: ignore[arg-type]
     to_target = sum(step_s[s] for s in trained if s <= reached[0]) if reached else None
     finals = [float(steps[s]["val/greedy_acc"]) for s in trained if "val/greedy_acc" in steps[s]]  # type: ignore[arg-type]
-    spans = [(float(steps[s]["staleness/multi_version_frac"]), float(steps[s]["rollout/num_samples"]))  # type: ignore[arg-type]
-             for s in trained if "staleness/multi_version_frac" in steps[s]]  # fmt: skip
+    spans = [
+        (float(steps[s]["staleness/multi_version_frac"]), float(steps[s]["rollout/num_samples"]))  # type: ignore[arg-type]
+        for s in trained
+        if "staleness/multi_version_frac" in steps[s]
+    ]
     multi = sum(f * n for f, n in spans) / sum(n for _, n in spans) if spans else None
-    return Measured(kind, samples / sum(step_s[s] for s in steady), to_target, finals[-1] if finals else None, wall_s,
-                    multi)  # fmt: skip
+    return Measured(
+        kind, samples / sum(step_s[s] for s in steady), to_target, finals[-1] if finals else None, wall_s, multi
+    )
 
 
 def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -104,10 +108,12 @@ def main() -> None:
     p.add_argument("--order", choices=("sync-first", "async-first"), default="sync-first")
     p.add_argument("--trainer-threads", type=int, default=1, help="async trainer's torch threads")
     p.add_argument(
-        "--sync-threads", type=int, default=1,
+        "--sync-threads",
+        type=int,
+        default=1,
         help="sync trainer's torch threads (1: the app's default; 2 lets sync train on both cores, which it has to "
         "itself while it trains: the fairer baseline on a compute-bound step such as configs/longtail.toml's)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--max-staleness", type=int, default=None, help="async's pipeline.max_staleness (default: the config's)"
     )
@@ -133,15 +139,19 @@ def main() -> None:
                 s = run_sync(args, Path(tmp), rep)
             results.append((s, a))
             for m in (s, a):
-                print(f"rep {rep} {m.kind:5s}: {m.samples_per_s:7.1f} samples/s  time to {args.target:.2f}: "
-                      f"{_fmt(m.time_to_target_s, '6.1f')} s  final val acc {_fmt(m.final_val_acc, '.3f')}  "
-                      f"end to end {m.wall_s:6.1f} s"
-                  + ("" if m.multi_version_frac is None else f"  multi-version samples {m.multi_version_frac:.1%}"),
-                  flush=True)  # fmt: skip
+                print(
+                    f"rep {rep} {m.kind:5s}: {m.samples_per_s:7.1f} samples/s  time to {args.target:.2f}: "
+                    f"{_fmt(m.time_to_target_s, '6.1f')} s  final val acc {_fmt(m.final_val_acc, '.3f')}  "
+                    f"end to end {m.wall_s:6.1f} s"
+                    + ("" if m.multi_version_frac is None else f"  multi-version samples {m.multi_version_frac:.1%}"),
+                    flush=True,
+                )
     speed = statistics.median(a.samples_per_s / s.samples_per_s for s, a in results)
     ttt = [s.time_to_target_s / a.time_to_target_s for s, a in results if s.time_to_target_s and a.time_to_target_s]
-    print(f"samples/s {speed:.2f}x  time-to-target {_fmt(statistics.median(ttt) if ttt else None, '.2f')}x  "
-          f"({args.target:.2f})")  # fmt: skip
+    print(
+        f"samples/s {speed:.2f}x  time-to-target {_fmt(statistics.median(ttt) if ttt else None, '.2f')}x  "
+        f"({args.target:.2f})"
+    )
 
 
 if __name__ == "__main__":

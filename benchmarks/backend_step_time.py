@@ -59,17 +59,26 @@ def make_batch(
         lp, _ = model.token_log_probs(ids, None)
         trace = RoutingTrace(spec)
         trace.extend(routed[0, :-1].numpy(), version=0)
-        out.append(TrainSample(
-            uid=f"s{i}", group_id=f"g{i // samples}", data_source="bench", prompt_ids=ids[0, :n_prompt].tolist(),
-            response_ids=ids[0, n_prompt:].tolist(), loss_mask=[1] * n_resp,
-            rollout_log_probs=lp[0, n_prompt - 1 :].tolist(), token_versions=[0] * n_resp,
-            reward=float(int(torch.randint(0, 2, (1,), generator=gen))), routing=trace,
-        ))  # fmt: skip
+        out.append(
+            TrainSample(
+                uid=f"s{i}",
+                group_id=f"g{i // samples}",
+                data_source="bench",
+                prompt_ids=ids[0, :n_prompt].tolist(),
+                response_ids=ids[0, n_prompt:].tolist(),
+                loss_mask=[1] * n_resp,
+                rollout_log_probs=lp[0, n_prompt - 1 :].tolist(),
+                token_versions=[0] * n_resp,
+                reward=float(int(torch.randint(0, 2, (1,), generator=gen))),
+                routing=trace,
+            )
+        )
     return collate(out, PAD)
 
 
-def _rank(kind: str, rank: int, world: int, port: int, ckpt: str, batch_path: str, steps: int,
-          answers: mp.Queue) -> None:  # fmt: skip
+def _rank(
+    kind: str, rank: int, world: int, port: int, ckpt: str, batch_path: str, steps: int, answers: mp.Queue
+) -> None:
     os.environ.setdefault("VEOMNI_VERBOSITY", "ERROR")
     import torch.distributed as dist
     from moe_models import load_pretrained
@@ -114,8 +123,9 @@ def time_config(kind: str, world: int, ckpt: str, batch_path: str, steps: int) -
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=_rank, args=(kind, r, world, port, ckpt, batch_path, steps, answers))
-             for r in range(world)]  # fmt: skip
+    procs = [
+        ctx.Process(target=_rank, args=(kind, r, world, port, ckpt, batch_path, steps, answers)) for r in range(world)
+    ]
     for p in procs:
         p.start()
     median = answers.get(timeout=1800)
@@ -138,10 +148,12 @@ def main() -> None:
         batch_path = str(Path(tmp) / "batch.pt")
         batch = make_batch(model, args.prompts, args.samples)
         torch.save(batch, batch_path)
-        print(f"batch: {batch.batch_size} sequences, {int(batch.response_mask.sum())} loss tokens, "
-              f"{int(batch.attention_mask.sum())} tokens; {args.steps} timed steps per configuration; torch backend: "
-              f"experts_kernel {TorchBackendConfig().experts_kernel}, "
-              f"micro_batch_tokens {TrainLoopConfig().micro_batch_tokens}")  # fmt: skip
+        print(
+            f"batch: {batch.batch_size} sequences, {int(batch.response_mask.sum())} loss tokens, "
+            f"{int(batch.attention_mask.sum())} tokens; {args.steps} timed steps per configuration; torch backend: "
+            f"experts_kernel {TorchBackendConfig().experts_kernel}, "
+            f"micro_batch_tokens {TrainLoopConfig().micro_batch_tokens}"
+        )
         medians = {}
         for kind, world in [(k, w) for k, w in CONFIGS if k == "torch" or find_spec(k) is not None]:
             medians[(kind, world)] = time_config(kind, world, str(Path(tmp) / "ckpt"), batch_path, args.steps)

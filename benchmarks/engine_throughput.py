@@ -95,10 +95,21 @@ def parse_args() -> BenchConfig:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     return BenchConfig(
-        a.prompts, a.prompt_len, a.new_tokens, a.min_new_tokens, a.waves, a.reps, a.threads,
-        tuple(int(t) for t in a.generate_threads.split(",")), a.kernel_threads, a.compile, a.decode_burst,
-        a.vocab_size, a.seed, a.vllm,
-    )  # fmt: skip
+        a.prompts,
+        a.prompt_len,
+        a.new_tokens,
+        a.min_new_tokens,
+        a.waves,
+        a.reps,
+        a.threads,
+        tuple(int(t) for t in a.generate_threads.split(",")),
+        a.kernel_threads,
+        a.compile,
+        a.decode_burst,
+        a.vocab_size,
+        a.seed,
+        a.vllm,
+    )
 
 
 @dataclass

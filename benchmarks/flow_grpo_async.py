@@ -42,8 +42,10 @@ def main() -> None:
         print(f"sync:        {sync[0]:.0f} images/s, val reward {100 * sync[1]:.1f}%", flush=True)
         run = _run(args, Path(tmp) / "async", args.staleness)
         print(f"async k={args.staleness}:   {run[0]:.0f} images/s, val reward {100 * run[1]:.1f}%", flush=True)
-    print(f"async k={args.staleness} {run[0] / sync[0]:.2f}x images/s vs sync  val reward {100 * run[1]:.1f} vs "
-          f"{100 * sync[1]:.1f}")  # fmt: skip
+    print(
+        f"async k={args.staleness} {run[0] / sync[0]:.2f}x images/s vs sync  val reward {100 * run[1]:.1f} vs "
+        f"{100 * sync[1]:.1f}"
+    )
 
 
 if __name__ == "__main__":

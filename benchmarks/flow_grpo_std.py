@@ -76,8 +76,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 steps, values = _curve(args, Path(tmp) / f"{mode}-{seed}", mode, seed)
                 points = "  ".join(f"{s}:{100 * v:.1f}" for s, v in zip(steps, values, strict=True))
-                print(f"std {mode:6s} seed {seed}  step:val-reward%  {points}  ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"std {mode:6s} seed {seed}  step:val-reward%  {points}  ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
                 curves[mode].append((steps, values))
     _plot(curves, args.png)
     print(f"wrote {args.png}")

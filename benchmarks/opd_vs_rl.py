@@ -57,8 +57,9 @@ RECIPE = Path(__file__).resolve().parents[1] / "configs" / "opd.toml"
 def _loop_flags() -> list[str]:
     """The recipe's `[train]` and `[optim]` tables as flags (read from the file: GRPO trains with the same loop)."""
     recipe = tomllib.loads(RECIPE.read_text())
-    return [f for section in ("train", "optim") for k, v in recipe[section].items()
-            for f in (f"--{section}.{k}", str(v))]  # fmt: skip
+    return [
+        f for section in ("train", "optim") for k, v in recipe[section].items() for f in (f"--{section}.{k}", str(v))
+    ]
 
 
 def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
@@ -119,8 +120,10 @@ def main() -> None:
     ratio = "n/a" if not need_grpo or not need_opd else f"{need_grpo / need_opd:.1f}"
     if need_opd == 0:
         ratio = "inf"  # the base already reaches it: cannot happen with GRPO's own final accuracy as the target
-    print(f"opd samples-to-target {ratio}x  final {100 * opd.accuracy[-1]:.1f} vs {100 * grpo.accuracy[-1]:.1f}  "
-          f"teacher {100 * teacher:.1f}")  # fmt: skip
+    print(
+        f"opd samples-to-target {ratio}x  final {100 * opd.accuracy[-1]:.1f} vs {100 * grpo.accuracy[-1]:.1f}  "
+        f"teacher {100 * teacher:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -138,8 +138,11 @@ def simulate_async(sc: Scenario, gpus: int, rng: np.random.Generator, chunk: int
             raise RuntimeError("project_scale: no engine has work and no step can train (a deadlock)")
         _, i = heapq.heappop(heap)
         e = engines[i]
-        while (next_prompt < total and next_prompt // p - sc.staleness <= version
-               and e.remaining.size + m <= sc.engine_max_seqs):  # fmt: skip
+        while (
+            next_prompt < total
+            and next_prompt // p - sc.staleness <= version
+            and e.remaining.size + m <= sc.engine_max_seqs
+        ):
             e.remaining = np.concatenate([e.remaining, lengths[next_prompt]])
             e.prompt = np.concatenate([e.prompt, np.full(m, next_prompt)])
             start_version[next_prompt] = version
@@ -167,8 +170,11 @@ SPLITS = (0.5, 0.625, 0.75, 0.875)  # rollout fractions tried at each size (the 
 
 def best_split(sc: Scenario, gpus: int, chunk: int, seed: int) -> tuple[float, Outcome]:
     """The rollout fraction (of `SPLITS`) with the highest async throughput at `gpus`."""
-    tried = [(f, simulate_async(replace(sc, rollout_fraction=f), gpus, np.random.default_rng(seed), chunk))
-             for f in SPLITS if round(gpus * f) >= sc.gpus_per_engine and gpus - round(gpus * f) >= 1]  # fmt: skip
+    tried = [
+        (f, simulate_async(replace(sc, rollout_fraction=f), gpus, np.random.default_rng(seed), chunk))
+        for f in SPLITS
+        if round(gpus * f) >= sc.gpus_per_engine and gpus - round(gpus * f) >= 1
+    ]
     return max(tried, key=lambda t: t[1].samples_per_s)
 
 
@@ -180,19 +186,27 @@ def project(sc: Scenario, chunk: int, seed: int, prompts_per_gpu: float = 0.0) -
         sync = simulate_sync(at, gpus, np.random.default_rng(seed), chunk)
         split, async_ = best_split(at, gpus, chunk, seed)
         rows.append((gpus, sync, replace(async_, split=split)))
-        print(f"{gpus:>5} GPUs ({at.prompts_per_step} x {at.samples_per_prompt}): sync {sync.samples_per_s:8.1f} "
-              f"samples/s ({sync.gpu_use:4.0%} GPU use)  async {async_.samples_per_s:8.1f} ({async_.gpu_use:4.0%}, "
-              f"{split:.0%} rollout GPUs, mean lag {async_.mean_lag:.2f})  "
-              f"{async_.samples_per_s / sync.samples_per_s:.2f}x", flush=True)  # fmt: skip
+        print(
+            f"{gpus:>5} GPUs ({at.prompts_per_step} x {at.samples_per_prompt}): sync {sync.samples_per_s:8.1f} "
+            f"samples/s ({sync.gpu_use:4.0%} GPU use)  async {async_.samples_per_s:8.1f} ({async_.gpu_use:4.0%}, "
+            f"{split:.0%} rollout GPUs, mean lag {async_.mean_lag:.2f})  "
+            f"{async_.samples_per_s / sync.samples_per_s:.2f}x",
+            flush=True,
+        )
     return rows
 
 
 def markdown(rows: list[tuple[int, Outcome, Outcome]]) -> str:
-    out = ["| GPUs | sync samples/s | sync GPU use | async samples/s | async GPU use | rollout GPUs | async mean lag | "
-           "async/sync |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| GPUs | sync samples/s | sync GPU use | async samples/s | async GPU use | rollout GPUs | async mean lag | "
+        "async/sync |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for gpus, s, a in rows:
-        out.append(f"| {gpus} | {s.samples_per_s:.1f} | {s.gpu_use:.0%} | {a.samples_per_s:.1f} | {a.gpu_use:.0%} | "
-                   f"{a.split:.0%} | {a.mean_lag:.2f} | {a.samples_per_s / s.samples_per_s:.2f}x |")  # fmt: skip
+        out.append(
+            f"| {gpus} | {s.samples_per_s:.1f} | {s.gpu_use:.0%} | {a.samples_per_s:.1f} | {a.gpu_use:.0%} | "
+            f"{a.split:.0%} | {a.mean_lag:.2f} | {a.samples_per_s / s.samples_per_s:.2f}x |"
+        )
     return "\n".join(out)
 
 
@@ -234,8 +248,10 @@ def check(chunk: int) -> None:
     for name, sim in (("sync", simulate_sync), ("async", simulate_async)):
         exact = sim(sc, 8, np.random.default_rng(0), 1).samples_per_s
         coarse = sim(sc, 8, np.random.default_rng(0), chunk).samples_per_s
-        print(f"check {name}: chunk {chunk} {coarse:.1f} vs chunk 1 {exact:.1f} samples/s "
-              f"({100 * abs(coarse - exact) / exact:.1f}% apart)")  # fmt: skip
+        print(
+            f"check {name}: chunk {chunk} {coarse:.1f} vs chunk 1 {exact:.1f} samples/s "
+            f"({100 * abs(coarse - exact) / exact:.1f}% apart)"
+        )
 
 
 def main() -> None:
@@ -251,16 +267,21 @@ def main() -> None:
     sc = Scenario()
     verl = simulate_async(sc, 128, np.random.default_rng(args.seed), args.chunk)
     colocated = simulate_sync(sc, 128, np.random.default_rng(args.seed), args.chunk)
-    print(f"verl's published point, Qwen3-30B-A3B 8K, 96:32 async vs 128 colocated: 1.72x; projected "
-          f"{verl.samples_per_s / colocated.samples_per_s:.2f}x")  # fmt: skip
+    print(
+        f"verl's published point, Qwen3-30B-A3B 8K, 96:32 async vs 128 colocated: 1.72x; projected "
+        f"{verl.samples_per_s / colocated.samples_per_s:.2f}x"
+    )
     print("-- at 128 GPUs (512 x 16, best split): weight sync and staleness")
     for sync_s in (0.5, 4.38, 15.76):
         for k in (0, 1, 2, 4):
             at = replace(sc, sync_s=sync_s, staleness=k)
             base = simulate_sync(at, 128, np.random.default_rng(args.seed), args.chunk).samples_per_s
             split, got = best_split(at, 128, args.chunk, args.seed)
-            print(f"sync_s {sync_s:5.2f} staleness {k}: async/sync {got.samples_per_s / base:.2f}x "
-                  f"({split:.0%} rollout GPUs, mean lag {got.mean_lag:.2f})", flush=True)  # fmt: skip
+            print(
+                f"sync_s {sync_s:5.2f} staleness {k}: async/sync {got.samples_per_s / base:.2f}x "
+                f"({split:.0%} rollout GPUs, mean lag {got.mean_lag:.2f})",
+                flush=True,
+            )
     curves = {}
     for k in (1, 4):
         print(f"-- staleness {k}, 512 x 16 responses a step")

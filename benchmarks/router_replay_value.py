@@ -69,8 +69,10 @@ def _sample_bf16(checkpoint: Path, prompts: list[list[int]], max_new: int, seed:
 
     async def run() -> list:  # type: ignore[type-arg]
         try:
-            calls = [engine.generate(f"r{i}", p, SamplingParams(max_new_tokens=max_new, temperature=1.0, seed=seed + i))
-                     for i, p in enumerate(prompts)]  # fmt: skip
+            calls = [
+                engine.generate(f"r{i}", p, SamplingParams(max_new_tokens=max_new, temperature=1.0, seed=seed + i))
+                for i, p in enumerate(prompts)
+            ]
             return list(await asyncio.gather(*calls))
         finally:
             await engine.close()
@@ -159,17 +161,23 @@ def main() -> None:
     own, replayed = _score(checkpoint, prompts, segments, False), _score(checkpoint, prompts, segments, True)
     print(f"part 1: {len(prompts)} bf16 rollouts, {len(own.k3)} response tokens, scored by the fp32 trainer")
     for name, s in (("no replay", own), ("replay", replayed)):
-        print(f"  {name:9s}  mean |dlogp| {s.abs_diff.mean():.2e}  max {s.abs_diff.max():.2e}  k3 {s.k3.mean():.2e}  "
-              f"clip fraction at ratio 1 {s.clipped.mean():.2%}")  # fmt: skip
-    print(f"  routing flips (trainer's own top-k set != engine's): {own.flips.mean():.2%} of token-layer rows, "
-          f"{own.flips.any(axis=1).mean():.2%} of tokens")  # fmt: skip
+        print(
+            f"  {name:9s}  mean |dlogp| {s.abs_diff.mean():.2e}  max {s.abs_diff.max():.2e}  k3 {s.k3.mean():.2e}  "
+            f"clip fraction at ratio 1 {s.clipped.mean():.2%}"
+        )
+    print(
+        f"  routing flips (trainer's own top-k set != engine's): {own.flips.mean():.2%} of token-layer rows, "
+        f"{own.flips.any(axis=1).mean():.2%} of tokens"
+    )
     with tempfile.TemporaryDirectory(prefix="router_replay_value_") as tmp:
         on = _train(Path(tmp) / "on", args.steps, args.seed, True)
         off = _train(Path(tmp) / "off", args.steps, args.seed, False)
     _plot(on, off, args.png)
-    print(f"part 2: {args.steps} steps each; mean whole-batch k3 replay on {_mean(on, 'mismatch/replay/k3'):.2e}, "
-          f"off {_mean(off, 'mismatch/train/k3'):.2e}; mean training reward {_mean(on, 'reward/mean'):.3f} vs "
-          f"{_mean(off, 'reward/mean'):.3f}; wrote {args.png}")  # fmt: skip
+    print(
+        f"part 2: {args.steps} steps each; mean whole-batch k3 replay on {_mean(on, 'mismatch/replay/k3'):.2e}, "
+        f"off {_mean(off, 'mismatch/train/k3'):.2e}; mean training reward {_mean(on, 'reward/mean'):.3f} vs "
+        f"{_mean(off, 'reward/mean'):.3f}; wrote {args.png}"
+    )
     x, y = replayed.k3.mean(), own.k3.mean()
     print(f"replay k3 {x:.2e} vs no-replay {y:.2e} ({y / x:.1f}x)  flips {100 * own.flips.mean():.2f}%")
 

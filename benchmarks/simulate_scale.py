@@ -76,8 +76,9 @@ def simulate_sync(costs: Costs, w: Workload, steps: int, rng: np.random.Generato
     return Result(steps * n / wall, Counter({0: steps * w.prompts_per_step}), busy)
 
 
-def _admit(r: Rollouter, w: Workload, version: int, next_prompt: int, total: int,
-           rng: np.random.Generator, costs: Costs) -> int:  # fmt: skip
+def _admit(
+    r: Rollouter, w: Workload, version: int, next_prompt: int, total: int, rng: np.random.Generator, costs: Costs
+) -> int:
     """Starts prompts on `r` up to its in-flight cap and the staleness bound; returns the next prompt index."""
     p, k = w.prompts_per_step, w.staleness
     while len(r.active) < (1 + k) * p and next_prompt < total and next_prompt // p - k <= version:
@@ -150,8 +151,9 @@ def fit_costs(sync_run: Path) -> tuple[Costs, tuple[int, ...]]:
     prompts = tomllib.loads((sync_run / "config.toml").read_text())["rollout"]["prompts_per_step"]
     train = statistics.fmean(r["timing/train_s"] for r in rows)
     push = statistics.fmean(r["timing/push_s"] for r in rows)
-    return Costs(max(float(c0), 0.0), max(float(c1), 0.0), max(float(const), 0.0) / prompts, train, push,
-                 0.0), tuple(lengths)  # fmt: skip
+    return Costs(max(float(c0), 0.0), max(float(c1), 0.0), max(float(const), 0.0) / prompts, train, push, 0.0), tuple(
+        lengths
+    )
 
 
 def async_trainer_costs(costs: Costs, async_run: Path) -> Costs:
@@ -182,27 +184,39 @@ def main() -> None:
     sync_run, async_run = args.validate
     costs, lengths = fit_costs(sync_run)
     acfg = tomllib.loads((async_run / "config.toml").read_text())
-    w = Workload(acfg["rollout"]["prompts_per_step"], acfg["rollout"]["samples_per_prompt"], lengths,
-                 acfg["pipeline"]["max_staleness"], acfg["ray"]["num_rollouters"])  # fmt: skip
+    w = Workload(
+        acfg["rollout"]["prompts_per_step"],
+        acfg["rollout"]["samples_per_prompt"],
+        lengths,
+        acfg["pipeline"]["max_staleness"],
+        acfg["ray"]["num_rollouters"],
+    )
     sync_rows = [r for r in _rows(sync_run) if r["step"] > 1]
     meas_sync = sum(r["rollout/num_samples"] for r in sync_rows) / sum(r["timing/step_s"] for r in sync_rows)
     meas_async, meas_lags = measured_async(async_run)
     sim_sync = simulate_sync(costs, w, args.steps, np.random.default_rng(0))
-    print(f"fitted: decode step {1e3 * costs.c0:.2f} ms + {1e6 * costs.c1:.1f} us x active responses; trainer "
-          f"{costs.train_s:.3f} s + push {costs.push_s:.3f} s a step")  # fmt: skip
+    print(
+        f"fitted: decode step {1e3 * costs.c0:.2f} ms + {1e6 * costs.c1:.1f} us x active responses; trainer "
+        f"{costs.train_s:.3f} s + push {costs.push_s:.3f} s a step"
+    )
     print(f"sync  samples/s: simulated {sim_sync.samples_per_s:.0f}, measured {meas_sync:.0f}")
     meas_ratio = meas_async / meas_sync
     variants = (("sync run's trainer cost", costs), ("async run's trainer cost", async_trainer_costs(costs, async_run)))
     for name, c in variants:
         sim = simulate_async(c, w, args.steps, np.random.default_rng(0))
         ratio = sim.samples_per_s / sim_sync.samples_per_s
-        lag_text = ", ".join(f"lag {k}: {sim.lags[k] / sum(sim.lags.values()):.1%} vs "
-                             f"{meas_lags[k] / sum(meas_lags.values()):.1%}"
-                             for k in sorted(set(sim.lags) | set(meas_lags)))  # fmt: skip
-        print(f"with the {name}: async {sim.samples_per_s:.0f} samples/s (measured {meas_async:.0f}); simulated vs "
-              f"measured {lag_text}; trainer busy {sim.trainer_busy:.0%}")  # fmt: skip
-        print(f"  async/sync ratio: simulated {ratio:.2f}x, measured {meas_ratio:.2f}x "
-              f"(error {100 * abs(ratio - meas_ratio) / meas_ratio:.0f}%)")  # fmt: skip
+        lag_text = ", ".join(
+            f"lag {k}: {sim.lags[k] / sum(sim.lags.values()):.1%} vs {meas_lags[k] / sum(meas_lags.values()):.1%}"
+            for k in sorted(set(sim.lags) | set(meas_lags))
+        )
+        print(
+            f"with the {name}: async {sim.samples_per_s:.0f} samples/s (measured {meas_async:.0f}); simulated vs "
+            f"measured {lag_text}; trainer busy {sim.trainer_busy:.0%}"
+        )
+        print(
+            f"  async/sync ratio: simulated {ratio:.2f}x, measured {meas_ratio:.2f}x "
+            f"(error {100 * abs(ratio - meas_ratio) / meas_ratio:.0f}%)"
+        )
 
 
 if __name__ == "__main__":

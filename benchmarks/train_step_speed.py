@@ -38,8 +38,9 @@ def long_tail_batch(model: torch.nn.Module) -> TrainBatch:
 
     src = SortTraceSource()
     rng = np.random.default_rng(0)
-    lengths = [trace_length(src.min_len + int(rng.choice(len(src.length_probs), p=src.length_probs))) + 1
-               for _ in range(16)]  # fmt: skip
+    lengths = [
+        trace_length(src.min_len + int(rng.choice(len(src.length_probs), p=src.length_probs))) + 1 for _ in range(16)
+    ]
     return make_batch(model, 16, 4, response_lengths=[n for n in lengths for _ in range(4)])
 
 
@@ -70,8 +71,11 @@ def main() -> None:
         rows = batch.input_ids.shape[0]
         sec = {k: seconds_per_step(batch, kern, budget, args.steps, max_new) for k, (kern, budget) in SETTINGS.items()}
         ratios.append(sec["before"] / sec["after"])
-        print(f"{name}: before {rows / sec['before']:6.1f} samples/s ({sec['before']:.3f} s/step)  after "
-              f"{rows / sec['after']:6.1f} samples/s ({sec['after']:.3f} s/step)", flush=True)  # fmt: skip
+        print(
+            f"{name}: before {rows / sec['before']:6.1f} samples/s ({sec['before']:.3f} s/step)  after "
+            f"{rows / sec['after']:6.1f} samples/s ({sec['after']:.3f} s/step)",
+            flush=True,
+        )
     print(f"train samples/s after/before: default {ratios[0]:.2f}x  long-tail {ratios[1]:.2f}x")
 
 

@@ -48,8 +48,9 @@ class StepClock(TrainerCallback):
 def make_reward(reward_fn: RewardFn, examples: list[TaskExample], tokenizer: CharTokenizer, eos_id: int):
     """TRL reward function: decodes each completion's ids with our tokenizer (EOS and after dropped)."""
 
-    def reward(prompts: list, completions: list, completion_ids: list[list[int]], example_index: list[int],
-               **kwargs: object) -> list[float]:  # fmt: skip
+    def reward(
+        prompts: list, completions: list, completion_ids: list[list[int]], example_index: list[int], **kwargs: object
+    ) -> list[float]:
         out = []
         for ids, i in zip(completion_ids, example_index, strict=True):
             ids = list(ids)
@@ -82,23 +83,50 @@ def main() -> None:
     n_per_step = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     o = cfg.optim
     targs = GRPOConfig(
-        output_dir=str(args.out / "trl"), max_steps=cfg.run.steps, seed=cfg.run.seed, use_cpu=True,
-        per_device_train_batch_size=n_per_step, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=cfg.rollout.samples_per_prompt, max_completion_length=max_new,
-        temperature=cfg.rollout.temperature, top_p=1.0, top_k=0,
-        learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=o.grad_clip,
-        adam_beta1=o.beta1, adam_beta2=o.beta2, weight_decay=o.weight_decay,
-        beta=0.0, epsilon=cfg.algorithm.clip_low, epsilon_high=cfg.algorithm.clip_high, num_iterations=1,
-        loss_type="dapo", scale_rewards="group", router_aux_loss_coef=0.0,
-        logging_steps=1, save_strategy="no", report_to="none",
-        bf16=False, fp16=False, disable_dropout=True, dataloader_num_workers=0,
-    )  # fmt: skip
+        output_dir=str(args.out / "trl"),
+        max_steps=cfg.run.steps,
+        seed=cfg.run.seed,
+        use_cpu=True,
+        per_device_train_batch_size=n_per_step,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=cfg.rollout.samples_per_prompt,
+        max_completion_length=max_new,
+        temperature=cfg.rollout.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=o.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=o.grad_clip,
+        adam_beta1=o.beta1,
+        adam_beta2=o.beta2,
+        weight_decay=o.weight_decay,
+        beta=0.0,
+        epsilon=cfg.algorithm.clip_low,
+        epsilon_high=cfg.algorithm.clip_high,
+        num_iterations=1,
+        loss_type="dapo",
+        scale_rewards="group",
+        router_aux_loss_coef=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        fp16=False,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+    )
     model = AutoModelForCausalLM.from_pretrained(base.checkpoint_dir, dtype=torch.float32)
     clock = StepClock()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[make_reward(task.reward_fn, train, ours, ours.eos_id)], args=targs,
-        train_dataset=Dataset.from_list(rows), processing_class=hf_tok, callbacks=[clock],
-    )  # fmt: skip
+        model=model,
+        reward_funcs=[make_reward(task.reward_fn, train, ours, ours.eos_id)],
+        args=targs,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=hf_tok,
+        callbacks=[clock],
+    )
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
@@ -114,9 +142,13 @@ def main() -> None:
     steps = [b - a for a, b in zip([0.0, *clock.ends], clock.ends, strict=False)]
     steady = steps[1:] or steps
     result = {
-        "samples_per_s": n_per_step * len(steady) / sum(steady), "step_s": steps, "train_wall_s": wall,
-        "samples": n_per_step * len(steps), "base_acc": acc["base"], "val_acc": acc["trained"],
-    }  # fmt: skip
+        "samples_per_s": n_per_step * len(steady) / sum(steady),
+        "step_s": steps,
+        "train_wall_s": wall,
+        "samples": n_per_step * len(steps),
+        "base_acc": acc["base"],
+        "val_acc": acc["trained"],
+    }
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 

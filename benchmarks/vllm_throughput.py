@@ -89,9 +89,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         v0, v1 = write_checkpoints(Path(tmp), args.vocab_size, args.seed)
         cfg = VLLMServerConfig(
-            model=str(v0), routing=args.routing, max_num_seqs=max(args.prompts, 1),
-            max_model_len=args.prompt_len + args.new_tokens + 8, extra_args=("--skip-tokenizer-init",),
-        )  # fmt: skip
+            model=str(v0),
+            routing=args.routing,
+            max_num_seqs=max(args.prompts, 1),
+            max_model_len=args.prompt_len + args.new_tokens + 8,
+            extra_args=("--skip-tokenizer-init",),
+        )
         server = VLLMServer.launch(cfg)
         try:
             rates, updates = asyncio.run(measure(server.base_url, args, v1))

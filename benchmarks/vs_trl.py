@@ -46,8 +46,9 @@ def build_trl_env() -> Path:
     """Syncs the `trl` group into .trl-env from uv.lock (a no-op when it is up to date); returns its python."""
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(TRL_ENV)}
     t0 = time.perf_counter()
-    subprocess.run(["uv", "sync", "--locked", "--no-default-groups", "--group", "trl", "--quiet"],
-                   cwd=ROOT, env=env, check=True)  # fmt: skip
+    subprocess.run(
+        ["uv", "sync", "--locked", "--no-default-groups", "--group", "trl", "--quiet"], cwd=ROOT, env=env, check=True
+    )
     print(f"[vs_trl] .trl-env ready in {time.perf_counter() - t0:.1f} s", flush=True)
     return TRL_ENV / "bin" / "python"
 
@@ -56,8 +57,9 @@ def run_trl(python: Path, steps: int, seed: int, out: Path, config: str) -> dict
     """TRL's run in its own process and environment (`benchmarks/trl_grpo.py`); returns its result.json."""
     flags = ["--run.steps", str(steps), "--run.seed", str(seed), *(["--config", config] if config else [])]
     t0 = time.perf_counter()
-    subprocess.run([str(python), str(ROOT / "benchmarks" / "trl_grpo.py"), "--out", str(out), "--", *flags],
-                   cwd=ROOT, check=True)  # fmt: skip
+    subprocess.run(
+        [str(python), str(ROOT / "benchmarks" / "trl_grpo.py"), "--out", str(out), "--", *flags], cwd=ROOT, check=True
+    )
     result = json.loads((out / "result.json").read_text())
     result["wall_s"] = time.perf_counter() - t0
     return result
@@ -85,9 +87,17 @@ def main() -> None:
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
     n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     # async_vs_sync's own arguments; both apps' trainers at their default of one thread
-    ours = argparse.Namespace(steps=args.steps, val_every=args.steps, seed=args.seed, target=2.0, trainer_threads=1,
-                              sync_threads=1, max_staleness=args.max_staleness, config=args.config,
-                              flags=[])  # fmt: skip
+    ours = argparse.Namespace(
+        steps=args.steps,
+        val_every=args.steps,
+        seed=args.seed,
+        target=2.0,
+        trainer_threads=1,
+        sync_threads=1,
+        max_staleness=args.max_staleness,
+        config=args.config,
+        flags=[],
+    )
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
         sync: Measured = run_sync(ours, Path(tmp), 0)
         print(_row("sync_ppo", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
@@ -97,9 +107,11 @@ def main() -> None:
     print(_row("trl", trl["samples_per_s"], trl["val_acc"], trl["wall_s"]))
     print(f"base (warm-up) greedy val acc: {base.val_accuracy:.3f} (warm-up), {trl['base_acc']:.3f} (evaluate_greedy)")
     print(f"async_ppo val acc after {n} samples: {_fmt(asyn.final_val_acc)}")
-    print(f"samples/s sync {sync.samples_per_s / trl['samples_per_s']:.2f}x async "
-          f"{asyn.samples_per_s / trl['samples_per_s']:.2f}x vs trl  val-acc after {n} samples: "
-          f"ours {_fmt(sync.final_val_acc)} trl {trl['val_acc']:.3f}")  # fmt: skip
+    print(
+        f"samples/s sync {sync.samples_per_s / trl['samples_per_s']:.2f}x async "
+        f"{asyn.samples_per_s / trl['samples_per_s']:.2f}x vs trl  val-acc after {n} samples: "
+        f"ours {_fmt(sync.final_val_acc)} trl {trl['val_acc']:.3f}"
+    )
 
 
 def _fmt(acc: float | None) -> str:

@@ -76,8 +76,9 @@ def agrees(key: str, want: object, got: object, noise: dict[str, tuple[float, fl
     return math.isclose(want, got, rel_tol=tol[0], abs_tol=tol[1])
 
 
-def check_golden(name: str, command: str, run_dir: Path, warmup_cache: Path,
-                 noise: dict[str, tuple[float, float]] | None = None) -> None:  # fmt: skip
+def check_golden(
+    name: str, command: str, run_dir: Path, warmup_cache: Path, noise: dict[str, tuple[float, float]] | None = None
+) -> None:
     got = {
         "command": command,
         "base_sha256": base_sha256(warmup_cache),
@@ -114,7 +115,19 @@ def test_sync_ppo_five_default_steps_give_the_golden_metrics(tmp_path: Path, war
 
 
 def test_async_ppo_at_max_staleness_zero_gives_the_golden_metrics(tmp_path: Path, warmup_cache: Path) -> None:
-    run_app("async_ppo", tmp_path / "run", warmup_cache, "--pipeline.max_staleness", "0", "--ray.temp_dir",
-            str(Path("/tmp") / f"golden_ray_{os.getpid()}"))  # fmt: skip
-    check_golden("async_ppo_5_steps_staleness_0", "apps/async_ppo --pipeline.max_staleness 0 --run.steps 5",
-                 tmp_path / "run", warmup_cache, ASYNC_NOISE)  # fmt: skip
+    run_app(
+        "async_ppo",
+        tmp_path / "run",
+        warmup_cache,
+        "--pipeline.max_staleness",
+        "0",
+        "--ray.temp_dir",
+        str(Path("/tmp") / f"golden_ray_{os.getpid()}"),
+    )
+    check_golden(
+        "async_ppo_5_steps_staleness_0",
+        "apps/async_ppo --pipeline.max_staleness 0 --run.steps 5",
+        tmp_path / "run",
+        warmup_cache,
+        ASYNC_NOISE,
+    )

@@ -47,8 +47,15 @@ def test_max_staleness_zero_gives_the_metrics_of_sync_ppo(tmp_path: Path) -> Non
     async_rows: dict[object, dict[str, object]] = {}
     for r in read_metrics(tmp_path / "async" / "metrics.jsonl"):
         async_rows.setdefault(r["step"], {}).update(r)
-    for key in ("reward/mean", "rollout/num_samples", "rollout/response_length_mean", "val/greedy_acc",
-                "rollout/generated_tokens", "rollout/num_padding", "rollout/groups_all_equal_frac"):  # fmt: skip
+    for key in (
+        "reward/mean",
+        "rollout/num_samples",
+        "rollout/response_length_mean",
+        "val/greedy_acc",
+        "rollout/generated_tokens",
+        "rollout/num_padding",
+        "rollout/groups_all_equal_frac",
+    ):
         for step in (1, 2, 3):
             if key in sync_rows[step]:
                 assert async_rows[step][key] == pytest.approx(sync_rows[step][key], abs=1e-9), (key, step)

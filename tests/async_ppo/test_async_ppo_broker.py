@@ -200,8 +200,11 @@ def test_stop_wakes_a_blocked_take_with_an_error_that_states_the_broker() -> Non
         await lease_indices(broker, 0, 2)
         blocked = await pending(broker.take(2, trainer_version=0))
         await broker.stop()
-        with pytest.raises(RuntimeError, match=r"stopped while waiting for 2 groups \(served version 0, cursor 2, "
-                                               r"ready 0, running 2"):  # fmt: skip
+        with pytest.raises(
+            RuntimeError,
+            match=r"stopped while waiting for 2 groups \(served version 0, cursor 2, "
+            r"ready 0, running 2",
+        ):
             await finish(blocked)
 
     asyncio.run(scenario())

@@ -41,9 +41,15 @@ def cluster() -> Iterator[tuple[object, dict[str, object]]]:
     os.makedirs(f"{temp}/ray", exist_ok=True)
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp  # Cluster writes its address file under it (default /tmp/ray)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"trainer_node": 1}, "include_dashboard": False, "temp_dir": f"{temp}/ray",
-    })  # fmt: skip
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"trainer_node": 1},
+            "include_dashboard": False,
+            "temp_dir": f"{temp}/ray",
+        },
+    )
     nodes = {
         "validate": c.add_node(num_cpus=1, resources={"validate_node": 1}),
         **{f"rollout_{i}": c.add_node(num_cpus=1, resources={"rollout_node": 1}) for i in range(3)},
@@ -69,8 +75,9 @@ def _node_ids(nodes: dict[str, object]) -> dict[str, str]:
 def _wait_for_step(run: Path, step: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if (run / "metrics.jsonl").exists() and any(r["step"] >= step and "timing/train_s" in r
-                                                    for r in read_metrics(run / "metrics.jsonl")):  # fmt: skip
+        if (run / "metrics.jsonl").exists() and any(
+            r["step"] >= step and "timing/train_s" in r for r in read_metrics(run / "metrics.jsonl")
+        ):
             return
         time.sleep(0.5)
     raise TimeoutError(f"no step {step} in {run} within {timeout_s} s")
@@ -119,5 +126,12 @@ def test_roles_land_on_their_nodes_and_a_removed_rollouter_node_loses_no_prompt(
     assert len(trained) == len(set(trained)) == STEPS * PROMPTS  # every step full, no prompt twice
     assert max(r["staleness/sample_max"] for r in rows) <= 1.0
     # every rollouter is on another node than the trainer: tokens sampled with pushed weights crossed nodes
-    assert max(rec.max_version for step in range(2, STEPS + 1) for rec in read_dump(run / "rollouts" / f"{step}.jsonl")
-               if rec.response_ids) >= 1  # fmt: skip
+    assert (
+        max(
+            rec.max_version
+            for step in range(2, STEPS + 1)
+            for rec in read_dump(run / "rollouts" / f"{step}.jsonl")
+            if rec.response_ids
+        )
+        >= 1
+    )

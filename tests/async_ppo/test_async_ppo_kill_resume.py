@@ -27,8 +27,9 @@ STEPS = 12
 def _start(flags: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, str(APP), *flags], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, str(APP), *flags], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
 
 def _kill_everything(proc: subprocess.Popen[bytes], ray_dir: str) -> None:

@@ -169,9 +169,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def counters_equal_brute_force_counts(self) -> None:
         m = self.model
         assert self.ledger.counters == LedgerCounters(
-            leased=m.leased, trained=len(m.trained), rerun_after_fault=m.rerun_after_fault,
+            leased=m.leased,
+            trained=len(m.trained),
+            rerun_after_fault=m.rerun_after_fault,
             excluded_stale=m.excluded_stale,
-        )  # fmt: skip
+        )
 
 
 LedgerMachine.TestCase.settings = settings(
@@ -277,8 +279,11 @@ def test_ledger_rejects_bad_sizes(prompts_per_step: int, max_staleness: int) -> 
 
 # ------------------------------------------------------------------------------------- LedgerState JSON
 def _good() -> dict[str, object]:
-    return {"cursor": 5, "held": [4, 1], "counters": {"leased": 7, "trained": 3, "rerun_after_fault": 1,
-                                                      "excluded_stale": 2}}  # fmt: skip
+    return {
+        "cursor": 5,
+        "held": [4, 1],
+        "counters": {"leased": 7, "trained": 3, "rerun_after_fault": 1, "excluded_stale": 2},
+    }
 
 
 def test_ledger_state_json_round_trip_sorts_held() -> None:

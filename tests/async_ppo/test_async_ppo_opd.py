@@ -27,8 +27,9 @@ TEACHER = ["--algorithm.kind", "opd", "--teacher.model_preset", "tiny", "--teach
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apo_{id(tmp_path_factory) % 10**6}"), num_cpus=3,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apo_{id(tmp_path_factory) % 10**6}"), num_cpus=3, log_to_driver=False
+    )
     yield
     local.stop()
 
@@ -70,8 +71,9 @@ def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_de
 def test_a_teacher_pool_the_cluster_cannot_hold_fails_naming_what_is_missing(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    cfg = tiny_config(tmp_path / "run", "--run.steps", "1", *TEACHER, "--teacher.replicas", "2",
-                      "--ray.startup_timeout_s", "3")  # fmt: skip
+    cfg = tiny_config(
+        tmp_path / "run", "--run.steps", "1", *TEACHER, "--teacher.replicas", "2", "--ray.startup_timeout_s", "3"
+    )
     with pytest.raises(RuntimeError, match=r"could not reserve the teacher pool .*teacher.replicas 2 x teacher.cpus"):
         train(cfg)
 

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One loopback-only Ray for the module, its temp dir removed afterwards (as the app's own)."""
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}"), num_cpus=2,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apt_{id(tmp_path_factory) % 10**6}"), num_cpus=2, log_to_driver=False
+    )
     yield
     local.stop()
 

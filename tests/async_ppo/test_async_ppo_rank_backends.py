@@ -31,8 +31,9 @@ BACKENDS = [
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apv_{id(tmp_path_factory) % 10**6}"), num_cpus=2,
-                           log_to_driver=False)  # fmt: skip
+    local = LocalRay.start(
+        RayConfig(temp_dir=f"/tmp/apv_{id(tmp_path_factory) % 10**6}"), num_cpus=2, log_to_driver=False
+    )
     yield
     local.stop()
 

@@ -27,8 +27,9 @@ def test_sigterm_mid_run_removes_the_ray_temp_dir_and_frees_the_run_directory(
     flags = [*TINY, "--run.warmup_cache", str(warmup_cache), "--run.dir", str(run), "--run.steps", "40",
              "--ray.temp_dir", ray_dir]  # fmt: skip
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-    proc = subprocess.Popen([sys.executable, str(APP), *flags], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.monotonic() + 240
         while not any(r["step"] >= 1 for r in read_metrics(run / "metrics.jsonl")):

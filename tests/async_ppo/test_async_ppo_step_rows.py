@@ -21,9 +21,11 @@ def test_a_step_waits_for_its_validation_and_later_steps_wait_for_it(tmp_path: P
     assert [r["step"] for r in read_metrics(tmp_path / "m.jsonl")] == [0, 1]
     rows.add_validation(2, {"val": 0.7})
     assert read_metrics(tmp_path / "m.jsonl") == [
-        {"step": 0, "val": 0.5}, {"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0, "val": 0.7},
+        {"step": 0, "val": 0.5},
+        {"step": 1, "loss": 1.0},
+        {"step": 2, "loss": 2.0, "val": 0.7},
         {"step": 3, "loss": 3.0},
-    ]  # fmt: skip
+    ]
     assert rows.next_step == 4 and rows.unwritten == []
 
 

@@ -53,8 +53,13 @@ def test_bad_settings_are_rejected_with_got_and_expected(tmp_path: Path, flags: 
 
 def _traj(versions: list[int]) -> Trajectory:
     n = len(versions)
-    return Trajectory(prompt_ids=[1, 2], response_ids=list(range(n)), response_log_probs=[0.0] * n,
-                      token_versions=versions, loss_mask=[int(v != NOT_SAMPLED) for v in versions])  # fmt: skip
+    return Trajectory(
+        prompt_ids=[1, 2],
+        response_ids=list(range(n)),
+        response_log_probs=[0.0] * n,
+        token_versions=versions,
+        loss_mask=[int(v != NOT_SAMPLED) for v in versions],
+    )
 
 
 @settings(max_examples=80, deadline=None)

@@ -29,8 +29,16 @@ def _validator(tmp_path: Path, warmup_cache: Path) -> tuple[Validator, dict[str,
     cfg, _ = parse([*TASK, "--validation.max_prompts", "8"])
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, warmup_cache)
     max_new, max_len = check_lengths(cfg, cfg.task.build())
-    validator = Validator(str(base.checkpoint_dir), cfg.task, cfg.validation, str(tmp_path / "run"), max_len=max_len,
-                          max_new_tokens=max_new, seed=0, reward_timeout_s=10.0)  # fmt: skip
+    validator = Validator(
+        str(base.checkpoint_dir),
+        cfg.task,
+        cfg.validation,
+        str(tmp_path / "run"),
+        max_len=max_len,
+        max_new_tokens=max_new,
+        seed=0,
+        reward_timeout_s=10.0,
+    )
     validator.sync = _LocalFetch()  # type: ignore[assignment]
     return validator, {k: v.clone() for k, v in validator.engine.model.state_dict().items()}
 
@@ -38,12 +46,13 @@ def _validator(tmp_path: Path, warmup_cache: Path) -> tuple[Validator, dict[str,
 def _scrambled(base: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
     """Weights that answer nothing right (the base's, shuffled within each tensor)."""
     g = torch.Generator().manual_seed(seed)
-    return {k: v.flatten()[torch.randperm(v.numel(), generator=g)].view_as(v) if v.is_floating_point() else v
-            for k, v in base.items()}  # fmt: skip
+    return {
+        k: v.flatten()[torch.randperm(v.numel(), generator=g)].view_as(v) if v.is_floating_point() else v
+        for k, v in base.items()
+    }
 
 
-def test_a_validation_started_during_another_waits_then_runs_under_its_own_weights(tmp_path: Path,
-                                                                                   warmup_cache: Path):  # fmt: skip
+def test_a_validation_started_during_another_waits_then_runs_under_its_own_weights(tmp_path: Path, warmup_cache: Path):
     validator, base = _validator(tmp_path, warmup_cache)
     sync: _LocalFetch = validator.sync  # type: ignore[assignment]
 

@@ -170,10 +170,12 @@ async def _generate_across_an_abort_push(engine: VLLMRolloutEngine, prompts: lis
     """Starts every prompt, pushes version 1 with pause `abort` as soon as one request has a token."""
     base = load_pretrained(engine.site.checkpoint_dir)
     state = {k: v.detach() * 1.01 for k, v in base.state_dict().items()}  # any weights other than v0
-    params = [SamplingParams(max_new_tokens=ENGINE_MAX_LEN - len(p), seed=i, ignore_eos=True)
-              for i, p in enumerate(prompts)]  # fmt: skip
-    tasks = [asyncio.create_task(generate_with_resume(engine.engine, f"r{i}", p, params[i]))
-             for i, p in enumerate(prompts)]  # fmt: skip
+    params = [
+        SamplingParams(max_new_tokens=ENGINE_MAX_LEN - len(p), seed=i, ignore_eos=True) for i, p in enumerate(prompts)
+    ]
+    tasks = [
+        asyncio.create_task(generate_with_resume(engine.engine, f"r{i}", p, params[i])) for i, p in enumerate(prompts)
+    ]
     deadline = time.monotonic() + 120
     while not any((engine.vllm.progress(f"r{i}") or 0) >= 1 for i in range(len(prompts))):
         assert time.monotonic() < deadline and not any(t.done() for t in tasks), "no request produced a token"
@@ -291,7 +293,11 @@ def test_server_guard_ends_the_server_tree_when_the_rollouter_or_the_server_is_k
 
 def test_server_guard_refuses_to_start_the_server_when_its_parent_is_not_the_expected_one() -> None:
     wrong_parent = os.getpid() + 1_000_000  # no such pid: the guard's parent is this test process
-    done = subprocess.run([sys.executable, "-I", str(SERVER_GUARD), str(wrong_parent), sys.executable, "-c",
-                           "print('server ran')"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-I", str(SERVER_GUARD), str(wrong_parent), sys.executable, "-c", "print('server ran')"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 1 and "server ran" not in done.stdout
     assert "exited before the server started" in done.stderr

@@ -130,9 +130,14 @@ def test_update_weights_labels_versions_and_resume_tags_tokens(fake: FakeSGLangS
 
 def test_model_shape_counts_moe_layers_from_hf_config(tmp_path: Path) -> None:
     cfg = {
-        "vocab_size": 1000, "max_position_embeddings": 4096, "num_hidden_layers": 6, "num_experts": 64,
-        "num_experts_per_tok": 4, "decoder_sparse_step": 2, "mlp_only_layers": [1],
-    }  # fmt: skip
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "num_hidden_layers": 6,
+        "num_experts": 64,
+        "num_experts_per_tok": 4,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [1],
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     shape = ModelShape.from_hf_config(tmp_path, max_context=2048)
     assert shape.vocab_size == 1000 and shape.max_context == 2048

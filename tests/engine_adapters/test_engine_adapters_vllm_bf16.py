@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.vllm, requires_vllm_env, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def bf16_server(checkpoints: list[Path]) -> Iterator[VLLMServer]:
-    config = VLLMServerConfig(model=str(checkpoints[0]), python=VLLM_PYTHON, routing=VLLM_ROUTING,
-                              max_model_len=512, dtype="bfloat16")  # fmt: skip
+    config = VLLMServerConfig(
+        model=str(checkpoints[0]), python=VLLM_PYTHON, routing=VLLM_ROUTING, max_model_len=512, dtype="bfloat16"
+    )
     server = VLLMServer.launch(config)
     try:
         yield server
@@ -31,8 +32,9 @@ def bf16_server(checkpoints: list[Path]) -> Iterator[VLLMServer]:
         server.stop()
 
 
-def test_a_bf16_server_samples_with_routing_and_bf16_rounded_log_probs(bf16_server: VLLMServer,
-                                                                       checkpoints: list[Path]) -> None:  # fmt: skip
+def test_a_bf16_server_samples_with_routing_and_bf16_rounded_log_probs(
+    bf16_server: VLLMServer, checkpoints: list[Path]
+) -> None:
     async def main() -> None:
         engine = await VLLMEngine.connect(bf16_server.base_url, routing=VLLM_ROUTING)
         try:

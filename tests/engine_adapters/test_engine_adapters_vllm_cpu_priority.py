@@ -35,9 +35,12 @@ def start_session() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     def start(preexec_nice: int = 0) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-c", REPORTS_NICE], stdout=subprocess.PIPE, text=True, start_new_session=True,
+            [sys.executable, "-c", REPORTS_NICE],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
             preexec_fn=(lambda: os.nice(preexec_nice)) if preexec_nice else None,
-        )  # fmt: skip
+        )
         started.append(proc)
         return proc
 

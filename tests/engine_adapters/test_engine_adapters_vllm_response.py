@@ -12,9 +12,15 @@ from rollout_core import StopReason
 def _chunk(tokens: list[int], lps: list[float], finish: str | None = None, spans: list[dict] | None = None) -> str:
     content = [{"token_id": t, "logprob": lp, "rank": 1, "top_logprobs": []} for t, lp in zip(tokens, lps, strict=True)]
     choice = {
-        "index": 0, "finish_reason": finish, "stop_reason": None, "token_ids": tokens, "routed_experts": None,
-        "sampling_mask": None, "weight_versions": spans, "logprobs": {"content": content},
-    }  # fmt: skip
+        "index": 0,
+        "finish_reason": finish,
+        "stop_reason": None,
+        "token_ids": tokens,
+        "routed_experts": None,
+        "sampling_mask": None,
+        "weight_versions": spans,
+        "logprobs": {"content": content},
+    }
     return "data: " + json.dumps({"request_id": "generate-tokens-x.1", "output_mode": "tokens", "choices": [choice]})
 
 

@@ -48,9 +48,12 @@ def _harness_factory(served: ServedModel) -> Callable[[], Awaitable[engine_contr
             await _push_next(engine, served)
 
         return engine_contract.EngineHarness(
-            engine=engine, vocab_size=engine.vocab_size, max_context=engine.max_context,
-            update_weights=update, close=engine.close,
-        )  # fmt: skip
+            engine=engine,
+            vocab_size=engine.vocab_size,
+            max_context=engine.max_context,
+            update_weights=update,
+            close=engine.close,
+        )
 
     return make
 

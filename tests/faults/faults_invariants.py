@@ -66,8 +66,10 @@ class Expect:
 def check_response(t: FaultTally, traj: Trajectory, calls: list[CallLog], e: Expect, what: str) -> None:
     n_resp = len(traj.response_ids)
     t.check(n_resp <= e.max_new, f"{what}: {n_resp} response tokens > budget {e.max_new}")
-    t.check(all(len(getattr(traj, k)) == n_resp for k in ("response_log_probs", "token_versions", "loss_mask")),
-            f"{what}: per-token lists not aligned")  # fmt: skip
+    t.check(
+        all(len(getattr(traj, k)) == n_resp for k in ("response_log_probs", "token_versions", "loss_mask")),
+        f"{what}: per-token lists not aligned",
+    )
     _check_resumes(t, traj, calls, e, what)
     _check_status(t, traj, calls, e, what)
     _check_routing(t, traj, e, what)
@@ -79,9 +81,11 @@ def _check_resumes(t: FaultTally, traj: Trajectory, calls: list[CallLog], e: Exp
     versions: list[int] = []
     t.check(len(calls) >= 1, f"{what}: no engine call")
     for k, call in enumerate(calls):
-        t.check(call.prompt_ids == e.prompt + so_far,
-                f"{what}: call {k} got a context of {len(call.prompt_ids)} tokens, expected prompt + the "
-                f"{len(so_far)} tokens so far")  # fmt: skip
+        t.check(
+            call.prompt_ids == e.prompt + so_far,
+            f"{what}: call {k} got a context of {len(call.prompt_ids)} tokens, expected prompt + the "
+            f"{len(so_far)} tokens so far",
+        )
         so_far += call.segment.token_ids
         log_probs += call.segment.log_probs
         versions += call.segment.versions()
@@ -104,12 +108,16 @@ def _check_status(t: FaultTally, traj: Trajectory, calls: list[CallLog], e: Expe
         else:
             t.check(n_resp > 0 and traj.response_ids[-1] in e.stop_ids, f"{what}: stop without a stop token")
     elif traj.status is TrajectoryStatus.ABORTED:
-        t.check(not e.partial and aborted == 1 and reasons[-1] == StopReason.ABORT,
-                f"{what}: aborted with partial={e.partial}, {aborted} aborted calls")  # fmt: skip
+        t.check(
+            not e.partial and aborted == 1 and reasons[-1] == StopReason.ABORT,
+            f"{what}: aborted with partial={e.partial}, {aborted} aborted calls",
+        )
     else:
         t.check(traj.status is TrajectoryStatus.TRUNCATED, f"{what}: unexpected status {traj.status}")
-        t.check(e.partial and aborted == e.max_resumes + 1 and n_resp < e.max_new,
-                f"{what}: truncated after {aborted} aborted calls, max_resumes {e.max_resumes}")  # fmt: skip
+        t.check(
+            e.partial and aborted == e.max_resumes + 1 and n_resp < e.max_new,
+            f"{what}: truncated after {aborted} aborted calls, max_resumes {e.max_resumes}",
+        )
 
 
 def _check_routing(t: FaultTally, traj: Trajectory, e: Expect, what: str) -> None:

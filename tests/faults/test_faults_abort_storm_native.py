@@ -66,10 +66,13 @@ class Schedule:
         rng = random.Random(seed)
         n = rng.randint(1, 6)
         return cls(
-            seed=seed, prompts=[[rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 10))] for _ in range(n)],
-            max_new=[rng.randint(1, 24) for _ in range(n)], partial=rng.random() < 0.85,
-            max_resumes=rng.randint(0, 5), actions=[(rng.randint(0, 12), rng.choice(ACTIONS)) for _ in range(4)],
-        )  # fmt: skip
+            seed=seed,
+            prompts=[[rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 10))] for _ in range(n)],
+            max_new=[rng.randint(1, 24) for _ in range(n)],
+            partial=rng.random() < 0.85,
+            max_resumes=rng.randint(0, 5),
+            actions=[(rng.randint(0, 12), rng.choice(ACTIONS)) for _ in range(4)],
+        )
 
 
 class Controller:
@@ -131,15 +134,21 @@ def _check_replay(t: FaultTally, weights: Weights, calls: list[CallLog], what: s
             lp, routed = model.token_log_probs(torch.tensor([ids]), None, capture_routing=True)
         got = lp[0, c - 1 :].tolist()
         diff = max(abs(a - b) for a, b in zip(got, seg.log_probs, strict=True))
-        t.check(diff < LOGPROB_TOL, f"{what} call {k}: log-probs differ by {diff:.2e} from version {version}'s "
-                                    "weights: the tokens were not sampled by the version they carry")  # fmt: skip
+        t.check(
+            diff < LOGPROB_TOL,
+            f"{what} call {k}: log-probs differ by {diff:.2e} from version {version}'s "
+            "weights: the tokens were not sampled by the version they carry",
+        )
         if seg.routed_experts is not None and len(seg.routed_experts):
             start = seg.routed_experts_start
             engine_rows = np.sort(np.asarray(seg.routed_experts), axis=-1)
             model_rows = np.sort(routed[0, start : start + len(engine_rows)].numpy(), axis=-1)
             bad = [(p, layer) for p, layer in zip(*np.nonzero((engine_rows != model_rows).any(-1)), strict=True)]
-            real = [(int(p), int(layer)) for p, layer in bad
-                    if _router_margin(model, ids, start + int(p), int(layer)) > TIE_TOL]  # fmt: skip
+            real = [
+                (int(p), int(layer))
+                for p, layer in bad
+                if _router_margin(model, ids, start + int(p), int(layer)) > TIE_TOL
+            ]
             t.check(not real, f"{what} call {k}: rows {real[:3]} (offset, layer) are not version {version}'s experts")
         replayed += 1
     return replayed
@@ -156,21 +165,38 @@ def test_abort_storms_on_the_native_engine_keep_every_invariant_and_each_version
         log = LoggingEngine(engine)
         rids = [f"s{s.seed}-r{i}" for i in range(len(s.prompts))]
         params = [SamplingParams(max_new_tokens=m, seed=s.seed * 31 + i) for i, m in enumerate(s.max_new)]
-        tasks = [asyncio.create_task(generate_with_resume(log, rid, prompt, p, partial_rollout=s.partial,  # type: ignore[arg-type]
-                                                          max_resumes=s.max_resumes))
-                 for rid, prompt, p in zip(rids, s.prompts, params, strict=True)]  # fmt: skip
+        tasks = [
+            asyncio.create_task(
+                generate_with_resume(
+                    log,
+                    rid,
+                    prompt,
+                    p,
+                    partial_rollout=s.partial,  # type: ignore[arg-type]
+                    max_resumes=s.max_resumes,
+                )
+            )
+            for rid, prompt, p in zip(rids, s.prompts, params, strict=True)
+        ]
         control = Controller(engine, weights, s, rids)
         await control.run(tasks)
         trajs = await asyncio.gather(*tasks)
         tally.schedule(control.injected)
         m = engine.metrics()
-        tally.check(m.running == m.frozen == m.queue_depth == 0 and not m.paused,
-                    f"schedule {s.seed}: engine not idle after every response ended ({m})")  # fmt: skip
+        tally.check(
+            m.running == m.frozen == m.queue_depth == 0 and not m.paused,
+            f"schedule {s.seed}: engine not idle after every response ended ({m})",
+        )
         for i, traj in enumerate(trajs):
             what = f"schedule {s.seed} response {i}"
             calls = log.calls[rids[i]]
-            check_response(tally, traj, calls, Expect(s.prompts[i], s.max_new[i], s.partial, s.max_resumes,
-                                                      frozenset({EOS}), rows_on_abort=True), what)  # fmt: skip
+            check_response(
+                tally,
+                traj,
+                calls,
+                Expect(s.prompts[i], s.max_new[i], s.partial, s.max_resumes, frozenset({EOS}), rows_on_abort=True),
+                what,
+            )
             counts["replayed"] += _check_replay(tally, weights, calls, what)
             counts["responses"] += 1
             counts["resumed"] += traj.num_resumes > 0
@@ -182,6 +208,8 @@ def test_abort_storms_on_the_native_engine_keep_every_invariant_and_each_version
         await engine.close()
 
     asyncio.run(main())
-    tally.note(f"injected: {SCHEDULES} schedules of request aborts and pauses (keep/abort, with and without a weight "
-          f"push) on the native engine, up to version {engine.weight_version}; checked {counts}")  # fmt: skip
+    tally.note(
+        f"injected: {SCHEDULES} schedules of request aborts and pauses (keep/abort, with and without a weight "
+        f"push) on the native engine, up to version {engine.weight_version}; checked {counts}"
+    )
     assert counts["resumed"] > 0 and counts["multi_version"] > 0 and counts["replayed"] > counts["responses"]

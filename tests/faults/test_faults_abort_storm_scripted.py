@@ -74,14 +74,23 @@ async def _controller(engine: ScriptedEngine, rids: list[str], s: Schedule, rng:
 
 
 async def _run(s: Schedule) -> tuple[LoggingEngine, ScriptedEngine, list[Trajectory]]:
-    inner = ScriptedEngine(routing_spec=SPEC, seed=s.seed, events=s.events, routing_on_abort=s.rows_on_abort,
-                           abort_prob=s.abort_prob, stop_prob=s.stop_prob, eos_token_id=EOS)  # fmt: skip
+    inner = ScriptedEngine(
+        routing_spec=SPEC,
+        seed=s.seed,
+        events=s.events,
+        routing_on_abort=s.rows_on_abort,
+        abort_prob=s.abort_prob,
+        stop_prob=s.stop_prob,
+        eos_token_id=EOS,
+    )
     engine = LoggingEngine(inner)
     rids = [f"s{s.seed}-r{i}" for i in range(len(s.prompts))]
     control = asyncio.create_task(_controller(inner, rids, s, random.Random(s.seed + 1)))
     params = [SamplingParams(max_new_tokens=m, seed=s.seed * 31 + i) for i, m in enumerate(s.max_new)]
-    calls = [generate_with_resume(engine, rid, prompt, p, partial_rollout=s.partial, max_resumes=s.max_resumes)  # type: ignore[arg-type]
-             for rid, prompt, p in zip(rids, s.prompts, params, strict=True)]  # fmt: skip
+    calls = [
+        generate_with_resume(engine, rid, prompt, p, partial_rollout=s.partial, max_resumes=s.max_resumes)  # type: ignore[arg-type]
+        for rid, prompt, p in zip(rids, s.prompts, params, strict=True)
+    ]
     trajs = list(await asyncio.gather(*calls))
     control.cancel()
     await asyncio.gather(control, return_exceptions=True)
@@ -91,14 +100,18 @@ async def _run(s: Schedule) -> tuple[LoggingEngine, ScriptedEngine, list[Traject
 def _check_provenance(t: FaultTally, traj: Trajectory, what: str) -> None:
     """The scripted engine writes the sampling pass's version into each log-prob and (position, version) into
     each row: what the trajectory says about them must be what the engine did."""
-    t.check([decode_version(lp) for lp in traj.response_log_probs] == traj.token_versions,
-            f"{what}: a token's version is not the version of the pass that sampled it")  # fmt: skip
+    t.check(
+        [decode_version(lp) for lp in traj.response_log_probs] == traj.token_versions,
+        f"{what}: a token's version is not the version of the pass that sampled it",
+    )
     assert traj.routing is not None
     decoded = [decode_row(r) for r in traj.routing.to_numpy()]
     versions = traj.routing.versions.tolist()
     t.check([pos for pos, _ in decoded] == list(range(len(decoded))), f"{what}: row positions have a gap")
-    t.check([v for _, v in decoded] == [v % SPEC.num_experts for v in versions],
-            f"{what}: a row's version tag is not the version of the pass that computed it")  # fmt: skip
+    t.check(
+        [v for _, v in decoded] == [v % SPEC.num_experts for v in versions],
+        f"{what}: a row's version tag is not the version of the pass that computed it",
+    )
 
 
 def test_abort_storms_on_the_scripted_engine_keep_every_invariant(tally: FaultTally) -> None:
@@ -113,8 +126,7 @@ def test_abort_storms_on_the_scripted_engine_keep_every_invariant(tally: FaultTa
             tally.check(not inner.running, f"schedule {seed}: calls still running after every response ended")
             for i, traj in enumerate(trajs):
                 rid, what = f"s{seed}-r{i}", f"schedule {seed} response {i}"
-                expect = Expect(s.prompts[i], s.max_new[i], s.partial, s.max_resumes, frozenset({EOS}),
-                                s.rows_on_abort)  # fmt: skip
+                expect = Expect(s.prompts[i], s.max_new[i], s.partial, s.max_resumes, frozenset({EOS}), s.rows_on_abort)
                 check_response(tally, traj, engine.calls[rid], expect, what)
                 _check_provenance(tally, traj, what)
                 responses += 1
@@ -122,6 +134,8 @@ def test_abort_storms_on_the_scripted_engine_keep_every_invariant(tally: FaultTa
                 resumed += traj.num_resumes > 0
 
     asyncio.run(main())
-    tally.note(f"injected: {SCHEDULES} seeded schedules of request aborts, pause keep/abort and scripted bump/abort "
-          f"events; checked {responses} responses ({tokens} tokens, {resumed} resumed at least once)")  # fmt: skip
+    tally.note(
+        f"injected: {SCHEDULES} seeded schedules of request aborts, pause keep/abort and scripted bump/abort "
+        f"events; checked {responses} responses ({tokens} tokens, {resumed} resumed at least once)"
+    )
     assert resumed > responses // 4  # the storms do interrupt generation

@@ -68,8 +68,10 @@ def test_a_rollouter_killed_mid_group_is_replaced_and_every_prompt_is_trained_ex
                              "--rollout.engine.slots", "2"))  # fmt: skip
     train(cfg)
     tally.schedule(faults=1)
-    tally.note(f"injected: SIGKILL to rollouter 0 (pid {killed['pid']}) with {killed['running']} calls running; "
-          f"checked restarts, reruns and every prompt index")  # fmt: skip
+    tally.note(
+        f"injected: SIGKILL to rollouter 0 (pid {killed['pid']}) with {killed['running']} calls running; "
+        f"checked restarts, reruns and every prompt index"
+    )
     tally.check(killed["running"] > 0, "the rollouter was not generating when it was killed")
     rows = [r for r in read_metrics(run / "metrics.jsonl") if "timing/train_s" in r]
     tally.check([r["step"] for r in rows] == list(range(1, STEPS + 1)), "the run did not finish every step")
@@ -101,8 +103,10 @@ def test_a_killed_trainer_stops_the_driver_with_an_error_naming_the_trainer(
     stopped_s = time.monotonic() - killed["at"]
     tally.schedule(faults=1)
     message = str(err.value)
-    tally.note(f"injected: SIGKILL to the trainer actor (pid {int(killed['pid'])}); the driver stopped after "
-          f"{stopped_s:.1f} s with {type(err.value).__name__}: {' '.join(message.split())[:240]}")  # fmt: skip
+    tally.note(
+        f"injected: SIGKILL to the trainer actor (pid {int(killed['pid'])}); the driver stopped after "
+        f"{stopped_s:.1f} s with {type(err.value).__name__}: {' '.join(message.split())[:240]}"
+    )
     tally.check("TrainerActor" in message or "trainer" in message, f"the error does not name the trainer: {message}")
     tally.check(stopped_s < 60, f"the driver took {stopped_s:.0f} s to stop")
     tally.check(not ray.is_initialized(), "the app's Ray session was left running")

@@ -48,8 +48,13 @@ def test_a_real_failing_write_keeps_the_previous_checkpoint_and_the_next_start_c
     tmp_path: Path, tally: FaultTally
 ) -> None:
     root = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", WRITER, str(root)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     tally.schedule(faults=1)
     tally.note(f"injected: RLIMIT_FSIZE 256 KiB while writing a 4 MiB checkpoint; the writer: {done.stdout.strip()}")
     tally.check(done.returncode == 3, f"writer exit {done.returncode}: {done.stdout}{done.stderr[-2000:]}")

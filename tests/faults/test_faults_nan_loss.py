@@ -66,8 +66,10 @@ def test_a_nan_loss_stops_the_run_naming_the_step_with_the_weights_untouched_and
     tally.check(f"step {FAULTY_STEP}" in str(err.value) and "actor/loss is nan" in str(err.value), str(err.value))
     after = _snapshot(seen["backend"])  # type: ignore[arg-type]
     before: dict[str, torch.Tensor] = seen["before"]  # type: ignore[assignment]
-    tally.check(after.keys() == before.keys() and all(torch.equal(after[k], v) for k, v in before.items()),
-                "the weights or optimiser moments changed on the NaN step")  # fmt: skip
+    tally.check(
+        after.keys() == before.keys() and all(torch.equal(after[k], v) for k, v in before.items()),
+        "the weights or optimiser moments changed on the NaN step",
+    )
     rd = RunDir(run)
     tally.check([int(p.name) for p in rd.complete_checkpoints()] == [1, 2], "a checkpoint of the NaN step exists")
     tally.check(rd.stale_checkpoints() == [], "a staging folder was left by the stopped run")

@@ -52,8 +52,13 @@ class FaultyRewards:
         return reward
 
     def score_all(self, real: Callable[..., list[ScoredSample]]) -> Callable[..., list[ScoredSample]]:
-        def spy(tokenizer: object, reward_fn: RewardFn, requests: Sequence[GenRequest],
-                trajectories: Sequence[Trajectory], **kw: float) -> list[ScoredSample]:  # fmt: skip
+        def spy(
+            tokenizer: object,
+            reward_fn: RewardFn,
+            requests: Sequence[GenRequest],
+            trajectories: Sequence[Trajectory],
+            **kw: float,
+        ) -> list[ScoredSample]:
             out = real(tokenizer, self.wrap(reward_fn), requests, trajectories, **kw)
             self.scored.append(out)
             return out
@@ -77,8 +82,10 @@ def test_a_raising_and_a_hanging_reward_are_counted_errors_and_the_run_goes_on(
     wall = time.perf_counter() - t0
     tally.schedule(faults=2)
     raised, hung = (next(uid for uid, k in faulty.kind.items() if k == kind) for kind in ("raise", "hang"))
-    tally.note(f"injected: a reward raising on every sample of {raised} and one hanging on a sample of {hung} "
-               f"(step 1); the run of 3 steps finished in {wall:.1f} s")  # fmt: skip
+    tally.note(
+        f"injected: a reward raising on every sample of {raised} and one hanging on a sample of {hung} "
+        f"(step 1); the run of 3 steps finished in {wall:.1f} s"
+    )
 
     step1 = faulty.scored[0]
     errors = [s for s in step1 if s.status is SampleStatus.REWARD_ERROR]
@@ -94,7 +101,11 @@ def test_a_raising_and_a_hanging_reward_are_counted_errors_and_the_run_goes_on(
     tally.check(rows[1]["reward/num_error"] == len(errors), f"reward/num_error {rows[1]['reward/num_error']}")
     tally.check(rows[2]["reward/num_error"] == rows[3]["reward/num_error"] == 0, "errors after the faulty step")
     dumped = {r.uid: r for r in read_dump(run / "rollouts" / "1.jsonl")}
-    tally.check(all(dumped[s.uid].reward is None and dumped[s.uid].advantage is None for s in errors),
-                "a reward error was scored or trained on")  # fmt: skip
-    tally.check(all(dumped[s.uid].advantage is not None for s in step1 if s.status is SampleStatus.OK),
-                "an ok sample of the faulty step was not trained on")  # fmt: skip
+    tally.check(
+        all(dumped[s.uid].reward is None and dumped[s.uid].advantage is None for s in errors),
+        "a reward error was scored or trained on",
+    )
+    tally.check(
+        all(dumped[s.uid].advantage is not None for s in step1 if s.status is SampleStatus.OK),
+        "an ok sample of the faulty step was not trained on",
+    )

@@ -62,11 +62,15 @@ def test_a_vllm_server_killed_mid_request_ends_every_call_as_a_counted_error_wit
     trajectories, stopped, late_error = asyncio.run(main())
     tally.schedule(faults=1)
     errors = [t for t in trajectories if t.status is TrajectoryStatus.ERROR]  # type: ignore[attr-defined]
-    tally.note(f"injected: SIGKILL to the vLLM server mid-stream; {len(errors)}/{len(trajectories)} calls ended as "
-          f"errors after {stopped:.1f} s (e.g. {errors[0].error if errors else None}); a later call: {late_error}")  # type: ignore[attr-defined]  # fmt: skip
+    tally.note(
+        f"injected: SIGKILL to the vLLM server mid-stream; {len(errors)}/{len(trajectories)} calls ended as "
+        f"errors after {stopped:.1f} s (e.g. {errors[0].error if errors else None}); a later call: {late_error}"  # type: ignore[attr-defined]
+    )
     tally.check(len(errors) > 0, "no call was in flight when the server died")
-    tally.check(all(t.status in (TrajectoryStatus.OK, TrajectoryStatus.ERROR) for t in trajectories),  # type: ignore[attr-defined]
-                "a call in flight ended otherwise than ok (done before the kill) or error")  # fmt: skip
+    tally.check(
+        all(t.status in (TrajectoryStatus.OK, TrajectoryStatus.ERROR) for t in trajectories),  # type: ignore[attr-defined]
+        "a call in flight ended otherwise than ok (done before the kill) or error",
+    )
     tally.check(all(t.error for t in errors), "an error trajectory without its reason")  # type: ignore[attr-defined]
     tally.check(stopped < STOPPED_WITHIN_S, f"the calls took {stopped:.0f} s to fail")
     tally.check(bool(late_error), "a call after the server died did not fail")

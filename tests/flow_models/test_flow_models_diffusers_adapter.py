@@ -38,9 +38,13 @@ def diffusers_output(adapter: SD3Velocity) -> ModelOutput:
     """The transformer called as the SD3 pipeline calls it: `timestep` straight from `scheduler.timesteps`."""
 
     def call(latents: torch.Tensor, timestep: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return adapter.transformer(hidden_states=latents, timestep=timestep, return_dict=False,
-                                   encoder_hidden_states=adapter.encoder_hidden_states[labels],
-                                   pooled_projections=adapter.pooled_projections[labels])[0]  # fmt: skip
+        return adapter.transformer(
+            hidden_states=latents,
+            timestep=timestep,
+            return_dict=False,
+            encoder_hidden_states=adapter.encoder_hidden_states[labels],
+            pooled_projections=adapter.pooled_projections[labels],
+        )[0]
 
     return call
 
@@ -74,15 +78,25 @@ def test_ode_sampler_equals_the_stable_diffusion_3_pipeline(adapter: SD3Velocity
     VAE; its latent side is height / 8)."""
     from diffusers import StableDiffusion3Pipeline
 
-    components = dict.fromkeys(("vae", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "text_encoder_3",
-                                "tokenizer_3"))  # fmt: skip
-    pipe = StableDiffusion3Pipeline(transformer=adapter.transformer, **components,
-                                    scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))  # fmt: skip
+    components = dict.fromkeys(
+        ("vae", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "text_encoder_3", "tokenizer_3")
+    )
+    pipe = StableDiffusion3Pipeline(
+        transformer=adapter.transformer, **components, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0)
+    )
     pipe.set_progress_bar_config(disable=True)
     hidden, pooled = adapter.conditioning(LABELS)
     noise = initial_noise(6)
-    latents = pipe(prompt_embeds=hidden, pooled_prompt_embeds=pooled, guidance_scale=1.0, num_inference_steps=6,
-                   latents=noise.clone(), height=64, width=64, output_type="latent").images  # fmt: skip
+    latents = pipe(
+        prompt_embeds=hidden,
+        pooled_prompt_embeds=pooled,
+        guidance_scale=1.0,
+        num_inference_steps=6,
+        latents=noise.clone(),
+        height=64,
+        width=64,
+        output_type="latent",
+    ).images
     ours = sample(adapter, LABELS, noise, SamplerConfig(num_steps=6, shift=3.0, noise_level=0.0, window_size=0), None)
     torch.testing.assert_close(ours.images, latents, rtol=0, atol=1e-5)
 
@@ -121,9 +135,16 @@ def test_sde_log_prob_equals_a_hand_computed_gaussian_density(adapter: SD3Veloci
     assert bool(torch.isfinite(density).all())
 
 
-def reference_step(scheduler: FlowMatchEulerDiscreteScheduler, model_output: torch.Tensor, timestep: torch.Tensor,
-                   sample_: torch.Tensor, noise_level: float, kind: SdeKind, prev_sample: torch.Tensor | None,
-                   generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def reference_step(
+    scheduler: FlowMatchEulerDiscreteScheduler,
+    model_output: torch.Tensor,
+    timestep: torch.Tensor,
+    sample_: torch.Tensor,
+    noise_level: float,
+    kind: SdeKind,
+    prev_sample: torch.Tensor | None,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-GRPO's `sde_step_with_logprob`, written from its formulas, indexing diffusers' scheduler by timestep.
     `noise_level = 0` is the Euler step (no noise drawn). Returns (prev_sample, log_prob [b] averaged over elements)."""
     index = scheduler.index_for_timestep(timestep)
@@ -131,8 +152,10 @@ def reference_step(scheduler: FlowMatchEulerDiscreteScheduler, model_output: tor
     dt = sigma_prev - sigma
     if kind is SdeKind.SDE:
         std_dev_t = torch.sqrt(sigma / (1 - torch.where(sigma == 1, sigma_max, sigma))) * noise_level
-        mean = (sample_ * (1 + std_dev_t**2 / (2 * sigma) * dt)
-                + model_output * (1 + std_dev_t**2 * (1 - sigma) / (2 * sigma)) * dt)  # fmt: skip
+        mean = (
+            sample_ * (1 + std_dev_t**2 / (2 * sigma) * dt)
+            + model_output * (1 + std_dev_t**2 * (1 - sigma) / (2 * sigma)) * dt
+        )
         std = std_dev_t * torch.sqrt(-dt)
     else:
         std = sigma_prev * math.sin(noise_level * math.pi / 2)
@@ -150,8 +173,9 @@ def reference_step(scheduler: FlowMatchEulerDiscreteScheduler, model_output: tor
 
 
 @torch.no_grad()
-def reference_rollout(model_output: ModelOutput, noise: torch.Tensor, cfg: SamplerConfig, window: range,
-                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def reference_rollout(
+    model_output: ModelOutput, noise: torch.Tensor, cfg: SamplerConfig, window: range, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The windowed Flow-GRPO chain on diffusers' scheduler: (latents [b, W + 1, ...], log_probs [b, W], images)."""
     scheduler = FlowMatchEulerDiscreteScheduler(shift=cfg.shift)
     scheduler.set_timesteps(cfg.num_steps)
@@ -215,8 +239,14 @@ class MlpAsSd3(nn.Module):
         self.config = SimpleNamespace(joint_attention_dim=2, pooled_projection_dim=NUM_CLASSES, in_channels=4)
         self.calls: list[dict[str, torch.Tensor]] = []
 
-    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                pooled_projections: torch.Tensor, return_dict: bool) -> tuple[torch.Tensor]:  # fmt: skip
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        timestep: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        pooled_projections: torch.Tensor,
+        return_dict: bool,
+    ) -> tuple[torch.Tensor]:
         assert not return_dict
         self.calls.append({"hidden_states": hidden_states, "timestep": timestep, "pooled": pooled_projections})
         labels = pooled_projections.argmax(dim=1)
@@ -237,10 +267,12 @@ def test_adapter_path_agrees_with_the_own_model_path_on_a_shared_model(kind: Sde
     torch.testing.assert_close(adapted.log_probs, direct.log_probs, rtol=0, atol=1e-5)
     torch.testing.assert_close(adapted.images, direct.images, rtol=0, atol=1e-5)
     for k in range(cfg.window_size):
-        torch.testing.assert_close(window_log_prob(mlp, adapted, k, cfg)[0].detach(), adapted.log_probs[:, k],
-                                   rtol=0, atol=1e-5)  # fmt: skip
-        torch.testing.assert_close(window_log_prob(wrapped, direct, k, cfg)[0].detach(), direct.log_probs[:, k],
-                                   rtol=0, atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(
+            window_log_prob(mlp, adapted, k, cfg)[0].detach(), adapted.log_probs[:, k], rtol=0, atol=1e-5
+        )
+        torch.testing.assert_close(
+            window_log_prob(wrapped, direct, k, cfg)[0].detach(), direct.log_probs[:, k], rtol=0, atol=1e-5
+        )
     shuffled = SD3Velocity(MlpAsSd3(mlp), torch.zeros(NUM_CLASSES, 1, 2), torch.eye(NUM_CLASSES)[[1, 2, 0]])
     assert float((sample(shuffled, LABELS, noise, cfg, None, 2).images - direct.images).abs().max()) > 1e-3
 
@@ -261,8 +293,9 @@ def test_adapter_casts_inputs_to_the_model_dtype_keeps_the_timestep_float32_and_
 
 @torch.no_grad()
 def test_bf16_transformer_gives_float32_velocity_close_to_float32(adapter: SD3Velocity) -> None:
-    half = SD3Velocity(tiny_sd3_transformer(0).to(torch.bfloat16), adapter.encoder_hidden_states,
-                       adapter.pooled_projections)  # fmt: skip
+    half = SD3Velocity(
+        tiny_sd3_transformer(0).to(torch.bfloat16), adapter.encoder_hidden_states, adapter.pooled_projections
+    )
     x, sigma = initial_noise(1), torch.tensor([1.0, 0.7, 0.4, 0.1])
     full, low = adapter(x, sigma, LABELS), half(x, sigma, LABELS)
     assert low.dtype == torch.float32

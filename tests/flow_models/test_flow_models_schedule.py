@@ -21,8 +21,9 @@ def diffusers_schedule(num_steps: int, shift: float, num_train_timesteps: int) -
 @pytest.mark.parametrize("num_train_timesteps", [1000, 100])
 @pytest.mark.parametrize("shift", [1.0, 3.0, 0.5, 1.7, 2.0, 5.0])
 @pytest.mark.parametrize("num_steps", [1, 2, 5, 10, 28, 40])
-def test_sigmas_and_timesteps_equal_diffusers_flow_match_euler(num_steps: int, shift: float,
-                                                                num_train_timesteps: int) -> None:  # fmt: skip
+def test_sigmas_and_timesteps_equal_diffusers_flow_match_euler(
+    num_steps: int, shift: float, num_train_timesteps: int
+) -> None:
     ours = FlowSchedule(num_steps, shift, num_train_timesteps)
     sigmas, timesteps = diffusers_schedule(num_steps, shift, num_train_timesteps)
     assert ours.sigmas().dtype == sigmas.dtype == torch.float32

@@ -21,8 +21,10 @@ def brute_force_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: float, r
     """Per-element Gaussian log-density written out in float64 from the formula, one element at a time."""
     rows = []
     for row_next, row_mean in zip(x_next.double().flatten(1), mean.double().flatten(1), strict=True):
-        terms = [-((a - m) ** 2) / (2 * std**2) - math.log(std) - 0.5 * math.log(2 * math.pi)
-                 for a, m in zip(row_next.tolist(), row_mean.tolist(), strict=True)]  # fmt: skip
+        terms = [
+            -((a - m) ** 2) / (2 * std**2) - math.log(std) - 0.5 * math.log(2 * math.pi)
+            for a, m in zip(row_next.tolist(), row_mean.tolist(), strict=True)
+        ]
         rows.append(sum(terms) / len(terms) if reduction is Reduction.MEAN else sum(terms))
     return torch.tensor(rows, dtype=torch.float64)
 
@@ -104,9 +106,12 @@ def test_cps_step_to_sigma_zero_has_no_density() -> None:
 
 @pytest.mark.parametrize(
     ("sigma", "sigma_next", "noise_level", "match"),
-    [(0.5, 0.5, 0.7, "expected sigma > sigma_next, got 0.5 and 0.5"), (0.4, 0.6, 0.7, "expected sigma > sigma_next"),
-     (0.5, 0.25, -0.1, "expected noise_level >= 0, got -0.1")],
-)  # fmt: skip
+    [
+        (0.5, 0.5, 0.7, "expected sigma > sigma_next, got 0.5 and 0.5"),
+        (0.4, 0.6, 0.7, "expected sigma > sigma_next"),
+        (0.5, 0.25, -0.1, "expected noise_level >= 0, got -0.1"),
+    ],
+)
 def test_step_gaussian_refuses_bad_values(sigma: float, sigma_next: float, noise_level: float, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         step_gaussian(X, V, sigma, sigma_next, noise_level, SdeKind.SDE, sigma_max=0.9)
@@ -126,8 +131,9 @@ def random_velocity_mlp(seed: int, channels: int = 1, image_size: int = 4) -> Ve
 @pytest.mark.parametrize("kind", [SdeKind.SDE, SdeKind.CPS])
 def test_recomputed_window_log_probs_equal_the_rollouts_before_any_update(kind: SdeKind, reduction: Reduction) -> None:
     model = random_velocity_mlp(0)
-    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.8, kind=kind, window_size=3, window_range=(0, 5),
-                        reduction=reduction)  # fmt: skip
+    cfg = SamplerConfig(
+        num_steps=6, shift=3.0, noise_level=0.8, kind=kind, window_size=3, window_range=(0, 5), reduction=reduction
+    )
     generator = torch.Generator().manual_seed(1)
     noise = torch.randn((5, 1, 4, 4), generator=generator)
     labels = torch.tensor([0, 1, 2, 1, 0])
@@ -150,8 +156,14 @@ def sampler_configs(draw: st.DrawFn) -> SamplerConfig:
     window_size = draw(st.integers(0, top)) if top >= 1 else 0
     lo = draw(st.integers(0, top - window_size)) if window_size else 0
     hi = draw(st.integers(lo + window_size, top)) if window_size else num_steps
-    return SamplerConfig(num_steps=num_steps, shift=draw(st.floats(0.5, 4.0)), noise_level=0.7, kind=kind,
-                         window_size=window_size, window_range=(lo, hi))  # fmt: skip
+    return SamplerConfig(
+        num_steps=num_steps,
+        shift=draw(st.floats(0.5, 4.0)),
+        noise_level=0.7,
+        kind=kind,
+        window_size=window_size,
+        window_range=(lo, hi),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -162,8 +174,14 @@ def test_window_lies_in_its_range_and_rollout_shapes_follow(cfg: SamplerConfig, 
     lo, hi = cfg.window_range
     if cfg.window_size:
         assert lo <= start <= hi - cfg.window_size
-    rollout = sample(lambda x, s, y: -x * s[:, None, None, None], torch.zeros(2, dtype=torch.long),
-                     torch.randn((2, 1, 2, 2), generator=generator), cfg, generator, window_start=start)  # fmt: skip
+    rollout = sample(
+        lambda x, s, y: -x * s[:, None, None, None],
+        torch.zeros(2, dtype=torch.long),
+        torch.randn((2, 1, 2, 2), generator=generator),
+        cfg,
+        generator,
+        window_start=start,
+    )
     assert rollout.window == tuple(range(start, start + cfg.window_size))
     assert all(i < cfg.num_steps for i in rollout.window)
     assert rollout.latents.shape == (2, cfg.window_size + 1 if cfg.window_size else 0, 1, 2, 2)

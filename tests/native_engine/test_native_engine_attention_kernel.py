@@ -32,8 +32,12 @@ def _inline(x: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
     heads, kv_heads, head_dim = x["q"].shape[1], x["k_new"].shape[1], x["q"].shape[2]
     dims = GraphDims(heads, kv_heads, head_dim, scale, 1e-6, 2, True)
     key_index = torch.arange(max(int(x["positions"].max()), 1))
-    return _attend(dims, *(x[k] for k in ("q", "k_new", "v_new", "key_cache", "value_cache", "slot_ids")),
-                   x["positions"], key_index)  # fmt: skip
+    return _attend(
+        dims,
+        *(x[k] for k in ("q", "k_new", "v_new", "key_cache", "value_cache", "slot_ids")),
+        x["positions"],
+        key_index,
+    )
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 32), (4, 4, 32), (8, 2, 64), (2, 1, 16)])

@@ -85,8 +85,15 @@ def test_every_row_gets_only_its_own_experts() -> None:
 )
 def test_kernel_refuses_bad_input_with_what_it_got(change: Callable[[dict], None], message: str) -> None:
     w = _layer(3, 4, 32, 8, 8)
-    args = dict(x=w["x"], h=w["h"], ids=torch.tensor([[0, 1]] * 4), weights=torch.full((4, 2), 0.5),
-                gate_up=w["gate_up"], down=w["down"], threads=1)  # fmt: skip
+    args = dict(
+        x=w["x"],
+        h=w["h"],
+        ids=torch.tensor([[0, 1]] * 4),
+        weights=torch.full((4, 2), 0.5),
+        gate_up=w["gate_up"],
+        down=w["down"],
+        threads=1,
+    )
     change(args)
     with pytest.raises(ValueError, match=message):
         expert_kernel.moe_experts(**args)

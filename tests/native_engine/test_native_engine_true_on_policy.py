@@ -18,8 +18,10 @@ PROMPTS = [[1, 5, 7, 9], [1, 3], [1, 8, 8, 8, 2, 4, 6], [1, 2]]
 
 def _generate(engine: NativeEngine, tag: str, temperature: float) -> list:  # type: ignore[type-arg]
     async def run() -> list:  # type: ignore[type-arg]
-        calls = [engine.generate(f"{tag}{i}", p, SamplingParams(max_new_tokens=9, temperature=temperature, seed=i))
-                 for i, p in enumerate(PROMPTS)]  # fmt: skip
+        calls = [
+            engine.generate(f"{tag}{i}", p, SamplingParams(max_new_tokens=9, temperature=temperature, seed=i))
+            for i, p in enumerate(PROMPTS)
+        ]
         return list(await asyncio.gather(*calls))
 
     return asyncio.run(run())

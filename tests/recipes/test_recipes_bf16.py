@@ -50,8 +50,9 @@ def test_a_bf16_native_engine_samples_with_bf16_weights_and_cache_and_casts_push
 def test_the_policy_trainer_publishes_its_fp32_weights_in_the_engine_dtype(dtype: torch.dtype | None, tmp_path: Path):
     backend = TorchBackend(tiny_model(), device="cpu")
     steps = LocalSteps(backend, PPOConfig().build(max_new_tokens=8), TrainLoopConfig(), seed=0)
-    trainer = PolicyTrainer(steps, TrainLoopConfig(), pad_token_id=0, run=RunDir.create(tmp_path / "run"),
-                            weight_dtype=dtype)  # fmt: skip
+    trainer = PolicyTrainer(
+        steps, TrainLoopConfig(), pad_token_id=0, run=RunDir.create(tmp_path / "run"), weight_dtype=dtype
+    )
     sync = LocalWeightSync()
     weights = sync.fetch(trainer.publish(sync))
     assert {v.dtype for v in weights.values()} == {dtype or torch.float32}

@@ -24,11 +24,17 @@ def _score(reward_fn: RewardFn, responses: list[str], timeout_s: float) -> list[
     for j, text in enumerate(responses):
         requests.append(GenRequest(f"s1-p0-r{j}", "s1-p0", EXAMPLE, 0, j, SamplingParams(max_new_tokens=4)))
         ids = [*TOK.encode(text), TOK.eos_id]
-        trajs.append(Trajectory(
-            prompt_ids=[TOK.bos_id, *TOK.encode(EXAMPLE.prompt)], response_ids=ids,
-            response_log_probs=[-0.5] * len(ids), token_versions=[0] * len(ids), loss_mask=[1] * len(ids),
-            stop_reason=StopReason.STOP, status=TrajectoryStatus.OK,
-        ))  # fmt: skip
+        trajs.append(
+            Trajectory(
+                prompt_ids=[TOK.bos_id, *TOK.encode(EXAMPLE.prompt)],
+                response_ids=ids,
+                response_log_probs=[-0.5] * len(ids),
+                token_versions=[0] * len(ids),
+                loss_mask=[1] * len(ids),
+                stop_reason=StopReason.STOP,
+                status=TrajectoryStatus.OK,
+            )
+        )
     return score_all(TOK, reward_fn, requests, trajs, timeout_s=timeout_s)
 
 

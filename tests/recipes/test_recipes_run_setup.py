@@ -18,9 +18,10 @@ from run_config import from_dict, to_toml
 
 def _cfg(run_dir: str = "", **rollout: object) -> RecipeConfig:
     return RecipeConfig(
-        run=RunConfig(dir=run_dir), task=SortTaskConfig(train_size=50, val_size=4),
+        run=RunConfig(dir=run_dir),
+        task=SortTaskConfig(train_size=50, val_size=4),
         rollout=RolloutConfig(**rollout),  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
 
 
 def test_a_response_budget_beyond_the_models_positions_fails_before_the_run_directory_exists(tmp_path: Path) -> None:

@@ -29,10 +29,17 @@ def _case(responses: list[str], statuses: list[TrajectoryStatus]) -> list:
     for j, (text, status) in enumerate(zip(responses, statuses, strict=True)):
         requests.append(GenRequest(f"s1-p0-r{j}", "s1-p0", ex, 0, j, SamplingParams(max_new_tokens=4)))
         ids = [*TOK.encode(text), TOK.eos_id]
-        trajs.append(Trajectory(
-            prompt_ids=[TOK.bos_id, *TOK.encode(ex.prompt)], response_ids=ids, response_log_probs=[-0.5] * len(ids),
-            token_versions=[0] * len(ids), loss_mask=[1] * len(ids), stop_reason=StopReason.STOP, status=status,
-        ))  # fmt: skip
+        trajs.append(
+            Trajectory(
+                prompt_ids=[TOK.bos_id, *TOK.encode(ex.prompt)],
+                response_ids=ids,
+                response_log_probs=[-0.5] * len(ids),
+                token_versions=[0] * len(ids),
+                loss_mask=[1] * len(ids),
+                stop_reason=StopReason.STOP,
+                status=status,
+            )
+        )
     return score_all(TOK, reward_or_raise, requests, trajs)
 
 

@@ -28,8 +28,9 @@ torch.set_num_threads(1)
 
 def _model(vocab: int = TOK.vocab_size, context: int = 64) -> MoEForCausalLM:
     torch.manual_seed(0)
-    return MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=vocab, num_hidden_layers=1,
-                                           max_position_embeddings=context))  # fmt: skip
+    return MoEForCausalLM(
+        MoEConfig.preset("tiny", vocab_size=vocab, num_hidden_layers=1, max_position_embeddings=context)
+    )
 
 
 def _requests(lengths: dict[str, int]) -> list[GenRequest]:

@@ -42,8 +42,14 @@ class RecordingTeacher:
 
 def _scores(rows: int, mark: float) -> TeacherScores:
     empty = np.zeros((rows, 0))
-    return TeacherScores(np.full(rows, mark, np.float32), empty.astype(np.int64), empty.astype(np.float32),
-                         empty.astype(bool), np.zeros(rows, bool), 1.0)  # fmt: skip
+    return TeacherScores(
+        np.full(rows, mark, np.float32),
+        empty.astype(np.int64),
+        empty.astype(np.float32),
+        empty.astype(bool),
+        np.zeros(rows, bool),
+        1.0,
+    )
 
 
 def _model_dir(path: Path) -> Path:
@@ -86,8 +92,10 @@ def test_a_teacher_set_without_an_engine_for_every_teacher_is_refused() -> None:
 def test_the_stream_counts_the_samples_of_each_teacher() -> None:
     teachers, _ = _set(["addition"])
     stream = TeacherStream(teachers)
-    requests = [GenRequest(f"r{j}", "g", TaskExample("u", src, "12", "3"), 0, j, SamplingParams(max_new_tokens=2))
-                for j, src in enumerate(["addition", "addition", "sort"])]  # fmt: skip
+    requests = [
+        GenRequest(f"r{j}", "g", TaskExample("u", src, "12", "3"), 0, j, SamplingParams(max_new_tokens=2))
+        for j, src in enumerate(["addition", "addition", "sort"])
+    ]
     done = Trajectory(prompt_ids=[1, 4], status=TrajectoryStatus.OK)
     done.response_ids.extend([5, 2])
     asyncio.run(stream.after_group(requests, [done, done, done]))
@@ -98,9 +106,12 @@ def test_the_stream_counts_the_samples_of_each_teacher() -> None:
 
 @pytest.mark.parametrize(
     ("entry", "error"),
-    [("addition", r"expected SOURCE=DIR entries, got 'addition'"), ("=x", r"expected SOURCE=DIR entries"),
-     ("addition={missing}", r"teacher.sources addition: expected a model directory with config.json")],
-)  # fmt: skip
+    [
+        ("addition", r"expected SOURCE=DIR entries, got 'addition'"),
+        ("=x", r"expected SOURCE=DIR entries"),
+        ("addition={missing}", r"teacher.sources addition: expected a model directory with config.json"),
+    ],
+)
 def test_a_malformed_named_teacher_is_refused(tmp_path: Path, entry: str, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         TeacherConfig(sources=(entry.format(missing=tmp_path / "nope"),))
@@ -118,7 +129,8 @@ def test_a_named_teacher_for_a_source_the_task_lacks_is_refused_before_any_teach
     task = ToyTaskConfig(train_size=40, val_size=8).build()
     with pytest.raises(ValueError, match=r"data sources of the task \['addition', 'sort'\], got \['additon'\]"):
         ensure_roster(cfg, task, WarmupConfig(), tmp_path / "cache")
-    roster = ensure_roster(TeacherConfig(checkpoint=str(where), sources=(f"sort={where}",)), task, WarmupConfig(),
-                           tmp_path / "cache")  # fmt: skip
+    roster = ensure_roster(
+        TeacherConfig(checkpoint=str(where), sources=(f"sort={where}",)), task, WarmupConfig(), tmp_path / "cache"
+    )
     assert roster.key_of("sort") == "sort" and roster.key_of("addition") == DEFAULT_TEACHER
     assert not (tmp_path / "cache").exists()  # a given default teacher: nothing built

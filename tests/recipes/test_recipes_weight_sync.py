@@ -66,8 +66,13 @@ def test_ray_sync_moves_references_and_delivers_the_same_weights(tmp_path) -> No
     import ray
 
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=f"/tmp/ws_{os.getpid()}", configure_logging=False,
-             log_to_driver=False)  # fmt: skip
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        _temp_dir=f"/tmp/ws_{os.getpid()}",
+        configure_logging=False,
+        log_to_driver=False,
+    )
     try:
         sync = RayWeightSync(bucket_bytes=256)
         weights = _weights()

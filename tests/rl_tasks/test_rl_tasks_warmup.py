@@ -244,8 +244,12 @@ def test_a_float64_warmup_reaches_one_float32_base_whichever_kernel_sums_the_gra
     after the default 150); in float64 they round to the same float32 weights (an ulp here and there)."""
     spread = {}
     for dtype in ("float64", "float32"):
-        configs = [WarmupConfig(steps=6, examples_per_step=16, lr_warmup_steps=0, torch_threads=1, dtype=dtype,
-                                experts_kernel=kernel) for kernel in ("padded", "looped")]  # fmt: skip
+        configs = [
+            WarmupConfig(
+                steps=6, examples_per_step=16, lr_warmup_steps=0, torch_threads=1, dtype=dtype, experts_kernel=kernel
+            )
+            for kernel in ("padded", "looped")
+        ]
         padded, looped = (_base_weights(c, tmp_path / dtype / c.experts_kernel) for c in configs)
         assert all(w.dtype == torch.float32 for w in padded.values())  # saved as float32 either way
         spread[dtype] = max(float((padded[k] - looped[k]).abs().max()) for k in padded)

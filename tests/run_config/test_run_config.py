@@ -42,9 +42,14 @@ def test_defaults_file_then_flags(tmp_path):
 
 def test_every_leaf_has_a_dotted_key():
     assert [leaf.key for leaf in leaves(App)] == [
-        "seed", "optim.lr", "optim.betas", "rollout.samples_per_prompt", "rollout.partial_rollout",
-        "rollout.routing", "rollout.engine_url",
-    ]  # fmt: skip
+        "seed",
+        "optim.lr",
+        "optim.betas",
+        "rollout.samples_per_prompt",
+        "rollout.partial_rollout",
+        "rollout.routing",
+        "rollout.engine_url",
+    ]
 
 
 def test_list_and_optional_values_parse_from_flags():

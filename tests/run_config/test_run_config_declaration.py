@@ -112,8 +112,11 @@ class OrdinaryOrTagged:
 @pytest.mark.parametrize(
     ("cls", "match"),
     [
-        (MissingKind, r"MissingKind.engine: union member NoKind expected a field `kind: Literal\['<name>'\] = "
-         r"'<name>'`, got no such field"),
+        (
+            MissingKind,
+            r"MissingKind.engine: union member NoKind expected a field `kind: Literal\['<name>'\] = "
+            r"'<name>'`, got no such field",
+        ),
         (NotLiteral, r"NotLiteral.engine: union member StrKind expected a field .*, got kind: <class 'str'>"),
         (SameKind, "SameKind.engine: expected distinct kinds, got 'native' for both Native and NativeToo"),
         (ParentAndChild, "ParentAndChild.algorithm: expected distinct kinds, got 'ppo' for both PPO and AppPPO"),
@@ -121,12 +124,17 @@ class OrdinaryOrTagged:
         (Mixed, r"Mixed.engine: expected a union of config dataclasses only, got .* \(with \[<class 'int'>\]\)"),
         (BadDefaultKind, "BadDefaultKind.engine: union member WrongDefault expected kind's default 'odd', got 'even'"),
         (ValueOrTagged, "part.engine: expected a tagged section or a value in every kind, got both"),
-        (OrdinaryOrTagged, "part.engine.samples: expected part.engine to be a tagged section in every kind, got an "
-         "ordinary section"),
-        (SlotsOrTagged, r"part.engine.slots: expected one enclosing tagged section in every kind of part, got "
-         r"\['part', 'part.engine'\]"),
+        (
+            OrdinaryOrTagged,
+            "part.engine.samples: expected part.engine to be a tagged section in every kind, got an ordinary section",
+        ),
+        (
+            SlotsOrTagged,
+            r"part.engine.slots: expected one enclosing tagged section in every kind of part, got "
+            r"\['part', 'part.engine'\]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_declaration_is_a_type_error_naming_the_field(cls, match):
     with pytest.raises(TypeError, match=match):
         leaves(cls)

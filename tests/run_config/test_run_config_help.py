@@ -33,20 +33,40 @@ def test_every_key_and_tagged_section_has_exactly_one_option():
     add_arguments(parser, App)
     options = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
     assert options == [
-        "--help", "--config", "--seed", "--algorithm", "--algorithm.kind", "--algorithm.clip", "--algorithm.dual_clip",
-        "--algorithm.kl.coef", "--algorithm.kl.mode", "--algorithm.baseline", "--algorithm.baseline.kind",
-        "--algorithm.baseline.window", "--algorithm.is_cap", "--rollout.samples", "--rollout.engine",
-        "--rollout.engine.kind", "--rollout.engine.slots", "--rollout.engine.url", "--backend", "--backend.kind",
+        "--help",
+        "--config",
+        "--seed",
+        "--algorithm",
+        "--algorithm.kind",
+        "--algorithm.clip",
+        "--algorithm.dual_clip",
+        "--algorithm.kl.coef",
+        "--algorithm.kl.mode",
+        "--algorithm.baseline",
+        "--algorithm.baseline.kind",
+        "--algorithm.baseline.window",
+        "--algorithm.is_cap",
+        "--rollout.samples",
+        "--rollout.engine",
+        "--rollout.engine.kind",
+        "--rollout.engine.slots",
+        "--rollout.engine.url",
+        "--backend",
+        "--backend.kind",
         "--backend.threads",
-    ]  # fmt: skip
+    ]
 
 
 def test_options_are_grouped_by_section_titled_with_its_kinds():
     text = _help(App)
     algorithm = _group(text, "algorithm (kind: ppo | gspo | decoupled)")
     assert [line.split()[0] for line in algorithm] == [
-        "--algorithm", "--algorithm.kind", "--algorithm.clip", "--algorithm.dual_clip", "--algorithm.is_cap",
-    ]  # fmt: skip
+        "--algorithm",
+        "--algorithm.kind",
+        "--algorithm.clip",
+        "--algorithm.dual_clip",
+        "--algorithm.is_cap",
+    ]
     assert [line.split()[0] for line in _group(text, "algorithm.kl")] == ["--algorithm.kl.coef", "--algorithm.kl.mode"]
     engine = _group(text, "rollout.engine (kind: native | vllm)")
     assert [line.split()[0] for line in engine][:2] == ["--rollout.engine", "--rollout.engine.kind"]

@@ -16,10 +16,22 @@ def _by_key() -> dict[str, Leaf]:
 
 def test_tagged_keys_come_once_each_after_the_sections_kind():
     assert [leaf.key for leaf in leaves(App)] == [
-        "seed", "algorithm.kind", "algorithm.clip", "algorithm.dual_clip", "algorithm.kl.coef", "algorithm.kl.mode",
-        "algorithm.baseline.kind", "algorithm.baseline.window", "algorithm.is_cap", "rollout.samples",
-        "rollout.engine.kind", "rollout.engine.slots", "rollout.engine.url", "backend.kind", "backend.threads",
-    ]  # fmt: skip
+        "seed",
+        "algorithm.kind",
+        "algorithm.clip",
+        "algorithm.dual_clip",
+        "algorithm.kl.coef",
+        "algorithm.kl.mode",
+        "algorithm.baseline.kind",
+        "algorithm.baseline.window",
+        "algorithm.is_cap",
+        "rollout.samples",
+        "rollout.engine.kind",
+        "rollout.engine.slots",
+        "rollout.engine.url",
+        "backend.kind",
+        "backend.threads",
+    ]
 
 
 def test_a_sections_kind_is_a_literal_of_every_kind_defaulting_to_the_default_member():

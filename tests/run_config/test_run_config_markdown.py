@@ -100,11 +100,17 @@ def test_a_required_tagged_section_says_so():
 @pytest.mark.parametrize(
     ("kind", "name"),
     [
-        (int, "int"), (float, "float"), (bool, "bool"), (str, "str"), (Literal["a", "b"], "one of: a, b"),
-        (tuple[int, ...], "list of int"), (list[float], "list of float"), (int | None, "int or none"),
+        (int, "int"),
+        (float, "float"),
+        (bool, "bool"),
+        (str, "str"),
+        (Literal["a", "b"], "one of: a, b"),
+        (tuple[int, ...], "list of int"),
+        (list[float], "list of float"),
+        (int | None, "int or none"),
         (Literal["x"] | None, "one of: x or none"),
     ],
-)  # fmt: skip
+)
 def test_types_are_printed_readably(kind, name):
     assert type_name(kind) == name
 
@@ -114,9 +120,12 @@ def test_markdown_is_the_same_under_every_hash_seed():
     here = str(Path(__file__).resolve().parent)
     outputs = {
         subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": here},
         ).stdout
         for seed in ("0", "1", "4242")
-    }  # fmt: skip
+    }
     assert outputs == {to_markdown(App, title="A") + "\n"}

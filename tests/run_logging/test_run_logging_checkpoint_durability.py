@@ -34,8 +34,12 @@ def test_commit_fsyncs_every_staged_file_and_folder_before_complete_then_complet
     monkeypatch.setattr(os, "fsync", spy)
     final = run.commit_checkpoint(staged, 4, keep=2)
     before = [p for p, complete in synced if not complete]
-    staged_entries = {str(staged), str(staged / "trainer"), str(staged / "trainer" / "backend.safetensors"),
-                      str(staged / "ledger.json")}  # fmt: skip
+    staged_entries = {
+        str(staged),
+        str(staged / "trainer"),
+        str(staged / "trainer" / "backend.safetensors"),
+        str(staged / "ledger.json"),
+    }
     assert staged_entries <= set(before)  # every file and folder, under its staging name, before the marker
     assert before[-1] == str(run.checkpoints)  # the rename made durable, still before the marker
     assert [p for p, complete in synced if complete] == [str(final / "COMPLETE"), str(final)]

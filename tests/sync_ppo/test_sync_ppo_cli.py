@@ -43,9 +43,12 @@ def test_help_answers_fast_and_never_imports_torch() -> None:
 
 def test_help_lists_every_kind_of_each_tagged_section() -> None:
     out = subprocess.run([sys.executable, str(APP), "--help"], check=True, capture_output=True, text=True).stdout
-    for title in ("task (kind: toy | scratchpad | dataset | calculator)",
-                  "rollout.engine (kind: native | vllm | sglang)", "algorithm (kind: ppo | gspo | decoupled | opd)",
-                  "backend (kind: torch | veomni | megatron)"):  # fmt: skip
+    for title in (
+        "task (kind: toy | scratchpad | dataset | calculator)",
+        "rollout.engine (kind: native | vllm | sglang)",
+        "algorithm (kind: ppo | gspo | decoupled | opd)",
+        "backend (kind: torch | veomni | megatron)",
+    ):
         assert title in out, title
     assert "--algorithm.is_cap" in out and "algorithm.kind: decoupled" in out  # a key of one kind says so
 
@@ -83,9 +86,14 @@ def _saved_run(tmp_path: Path, *flags: str, checkpoint: int | None = None) -> Pa
 
 @pytest.mark.parametrize(
     "flags",
-    [["--rollout.prompts_per_step", "16"], ["--run.seed", "3"], ["--task.sort_weight", "0.5"],
-     ["--rollout.samples_per_prompt", "4"], ["--warmup.steps", "5"]],
-)  # fmt: skip
+    [
+        ["--rollout.prompts_per_step", "16"],
+        ["--run.seed", "3"],
+        ["--task.sort_weight", "0.5"],
+        ["--rollout.samples_per_prompt", "4"],
+        ["--warmup.steps", "5"],
+    ],
+)
 def test_resume_refuses_a_change_of_the_settings_that_decide_the_data(tmp_path: Path, flags: list[str]) -> None:
     run = _saved_run(tmp_path, checkpoint=7)
     with pytest.raises(ValueError, match=re.escape(flags[0][2:]) + r": .* -> "):
@@ -115,14 +123,19 @@ def test_bad_values_raise_with_got_and_expected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value", "key"),
-    [("--algorithm.agg_mode", "foo", "algorithm.agg_mode"), ("--optim.lr", "-1", "optim"),
-     ("--train.micro_batch_tokens", "0", "train.micro_batch_tokens"),
-     ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"),
-     ("--train.ppo_epochs", "0", "train.ppo_epochs"),
-     ("--warmup.model_preset", "huge", "warmup.model_preset"), ("--algorithm.clip_low", "5", "clip_low")],
-)  # fmt: skip
-def test_a_bad_setting_fails_at_parse_time_without_touching_the_disk(tmp_path: Path, flag: str, value: str,
-                                                                     key: str) -> None:  # fmt: skip
+    [
+        ("--algorithm.agg_mode", "foo", "algorithm.agg_mode"),
+        ("--optim.lr", "-1", "optim"),
+        ("--train.micro_batch_tokens", "0", "train.micro_batch_tokens"),
+        ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"),
+        ("--train.ppo_epochs", "0", "train.ppo_epochs"),
+        ("--warmup.model_preset", "huge", "warmup.model_preset"),
+        ("--algorithm.clip_low", "5", "clip_low"),
+    ],
+)
+def test_a_bad_setting_fails_at_parse_time_without_touching_the_disk(
+    tmp_path: Path, flag: str, value: str, key: str
+) -> None:
     done = subprocess.run([sys.executable, str(APP), flag, value], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2 and key in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []  # no run directory (a plain --resume would pick it up and fail)

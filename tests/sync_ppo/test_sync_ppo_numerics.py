@@ -47,8 +47,9 @@ def test_true_on_policy_mode_gives_a_mismatch_of_exactly_zero_over_a_run(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     run = tmp_path / "run"
-    train(tiny_config(run, "--run.steps", "2", "--numerics.true_on_policy", "true", "--train.mismatch_sample_seqs",
-                      "4"))  # fmt: skip
+    train(
+        tiny_config(run, "--run.steps", "2", "--numerics.true_on_policy", "true", "--train.mismatch_sample_seqs", "4")
+    )
     rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
     keys = [k for k in rows[0] if k.startswith("mismatch/") and not k.endswith("/tokens")]
     assert keys and all(rows[0][f"{k.rsplit('/', 1)[0]}/tokens"] > 0 for k in keys)
@@ -58,8 +59,12 @@ def test_true_on_policy_mode_gives_a_mismatch_of_exactly_zero_over_a_run(
 def test_true_on_policy_mode_is_refused_where_it_cannot_be_exact(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
-    for flags in (["--rollout.engine.dtype", "bfloat16"], ["--rollout.engine.compile_decode", "true"],
-                  ["--backend.compute_dtype", "bfloat16"], ["--backend.kind", "veomni"],
-                  ["--backend.kind", "megatron"]):  # fmt: skip
+    for flags in (
+        ["--rollout.engine.dtype", "bfloat16"],
+        ["--rollout.engine.compile_decode", "true"],
+        ["--backend.compute_dtype", "bfloat16"],
+        ["--backend.kind", "veomni"],
+        ["--backend.kind", "megatron"],
+    ):
         with pytest.raises(ValueError, match=r"numerics\.true_on_policy"):
             tiny_config(tmp_path / "run", "--numerics.true_on_policy", "true", *flags)

@@ -38,8 +38,9 @@ def test_tiny_run_writes_every_artifact_and_dumps_no_padding(
         records = read_dump(root / "rollouts" / f"{step}.jsonl")
         assert len(records) == 12 and len({r.uid for r in records}) == 12
         assert all(r.data_source != PADDING_DATA_SOURCE and r.step == step for r in records)
-        assert all(r.routing is not None and len(r.routing) == len(r.prompt_ids) + len(r.response_ids) - 1
-                   for r in records)  # fmt: skip
+        assert all(
+            r.routing is not None and len(r.routing) == len(r.prompt_ids) + len(r.response_ids) - 1 for r in records
+        )
     for step in (0, 2):
         assert len(read_dump(root / "validation" / f"{step}.jsonl")) == 8 * 3  # greedy + 2 samples per prompt
     assert (root / "checkpoints" / "2" / "COMPLETE").exists()

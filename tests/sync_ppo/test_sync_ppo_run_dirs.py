@@ -19,8 +19,16 @@ APP = Path(__file__).resolve().parents[2] / "apps" / "sync_ppo"
 def test_two_runs_started_together_get_their_own_run_directories(tmp_path: Path, warmup_cache: Path) -> None:
     flags = [*TINY, *TOY_TASK, "--rollout.engine.slots", "16", "--run.warmup_cache", str(warmup_cache),
              "--run.steps", "1", "--run.plots", "false"]  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, str(APP), *flags], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(APP), *flags],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     runs = sorted((tmp_path / "runs" / "sync_ppo").iterdir())

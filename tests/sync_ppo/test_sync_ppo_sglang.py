@@ -28,8 +28,13 @@ def test_two_steps_with_sglang_push_weights_and_replay_its_routing(
     shape = ModelShape.from_hf_config(base)
     assert shape.routing_spec is not None
     spec = shape.routing_spec
-    server = FakeSGLangServer(vocab_size=shape.vocab_size, num_layers=spec.num_layers, top_k=spec.top_k,
-                              num_experts=spec.num_experts, token_delay=0.0)  # fmt: skip
+    server = FakeSGLangServer(
+        vocab_size=shape.vocab_size,
+        num_layers=spec.num_layers,
+        top_k=spec.top_k,
+        num_experts=spec.num_experts,
+        token_delay=0.0,
+    )
     try:
         cfg = tiny_config(tmp_path / "run", "--run.steps", "2", "--run.plots", "false", "--rollout.engine", "sglang",
                           "--rollout.engine.urls", server.url)  # fmt: skip
@@ -42,7 +47,8 @@ def test_two_steps_with_sglang_push_weights_and_replay_its_routing(
     loads = [r for r in server.state.requests if r["path"] == "/update_weights_from_disk"]
     assert [r["weight_version"] for r in loads] == ["1", "2"]
     for step in (1, 2):
-        records = [r for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")
-                   if r.status is TrajectoryStatus.OK]  # fmt: skip
+        records = [
+            r for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl") if r.status is TrajectoryStatus.OK
+        ]
         assert records and all(set(r.token_versions) == {step - 1} for r in records)
         assert all(len(r.routing) == len(r.prompt_ids) + len(r.response_ids) - 1 for r in records)

@@ -22,8 +22,15 @@ pytestmark = pytest.mark.slow
 
 def _verl_rows(n: int) -> list[dict[str, object]]:
     examples = SortTaskConfig(train_size=n, val_size=4).build().splits.train
-    return [{"prompt": ex.prompt, "reward_model": {"ground_truth": ex.ground_truth}, "data_source": "sortfile",
-             "extra_info": {"index": i}} for i, ex in enumerate(examples)]  # fmt: skip
+    return [
+        {
+            "prompt": ex.prompt,
+            "reward_model": {"ground_truth": ex.ground_truth},
+            "data_source": "sortfile",
+            "extra_info": {"index": i},
+        }
+        for i, ex in enumerate(examples)
+    ]
 
 
 def _steps(run: Path) -> list[dict[str, object]]:
@@ -71,8 +78,12 @@ def test_the_calculator_task_runs_tool_turns_with_observations_out_of_the_loss(
     train(cfg)
     rows = _steps(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_turns_mean"] >= 1.0 for r in rows)
-    records = [r for step in (1, 2) for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")
-               if r.status is TrajectoryStatus.OK]  # fmt: skip
+    records = [
+        r
+        for step in (1, 2)
+        for r in read_dump(tmp_path / "run" / "rollouts" / f"{step}.jsonl")
+        if r.status is TrajectoryStatus.OK
+    ]
     multi = [r for r in records if NOT_SAMPLED in r.token_versions]
     assert multi, "no episode called the tool: the warm-up base never produced a well-formed call"
     for r in multi:

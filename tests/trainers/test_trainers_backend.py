@@ -151,7 +151,10 @@ def test_bf16_compute_keeps_fp32_weights_and_gradients_and_gives_fp32_log_probs_
     assert 0 < float(diff.max()) < 0.1  # bf16 rounding, not a different model
     out = bf16.forward_backward(batch, lambda lp, _: LossOutputs((lp * batch.response_mask).sum()), replay=True)
     assert torch.isfinite(out.loss)
-    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
-               for p in bf16.model.parameters() if p.requires_grad)  # fmt: skip
+    assert all(
+        p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+        for p in bf16.model.parameters()
+        if p.requires_grad
+    )
     with pytest.raises(ValueError, match="compute_dtype"):
         TorchBackend(tiny_model(), device="cpu", compute_dtype="float16")

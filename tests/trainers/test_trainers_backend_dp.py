@@ -41,11 +41,20 @@ def fixed_batch() -> TrainBatch:
         trace = RoutingTrace(spec)
         trace.extend(out.routed_experts[0, :-1].numpy(), version=0)
         noisy = (lp[0, n_prompt - 1 :] + 0.05 * torch.randn(n_resp, generator=gen)).tolist()
-        samples.append(TrainSample(
-            uid=f"s{i}", group_id=f"g{i // 4}", data_source="toy", prompt_ids=ids[0, :n_prompt].tolist(),
-            response_ids=ids[0, n_prompt:].tolist(), loss_mask=[1] * n_resp, rollout_log_probs=noisy,
-            token_versions=[0] * n_resp, reward=float(i % 3 == 0), routing=trace,
-        ))  # fmt: skip
+        samples.append(
+            TrainSample(
+                uid=f"s{i}",
+                group_id=f"g{i // 4}",
+                data_source="toy",
+                prompt_ids=ids[0, :n_prompt].tolist(),
+                response_ids=ids[0, n_prompt:].tolist(),
+                loss_mask=[1] * n_resp,
+                rollout_log_probs=noisy,
+                token_versions=[0] * n_resp,
+                reward=float(i % 3 == 0),
+                routing=trace,
+            )
+        )
     return collate(samples, PAD)
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollout_core import RoutingSpec, RoutingTrace, StopReason, Trajectory, TrajectoryStatus
-from trainers.dumps import DumpKind, DumpRecord, dump_path, list_dumps, read_dump, write_dump
+from trainers.dumps import DumpKind, DumpRecord, dump_path, read_dump, write_dump
 
 
 def _trace(num_rows: int, num_experts: int = 8, seed: int = 0) -> RoutingTrace:
@@ -159,7 +159,8 @@ def test_process_killed_mid_write_leaves_no_torn_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
     assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.TRAIN, 7))] == ["old"]
-    assert list_dumps(tmp_path, DumpKind.TRAIN) == [tmp_path / "train_step7.jsonl"]
+    # the dead writer's temporary file (".train_step7.jsonl.tmp-PID") is not taken for a dump
+    assert list(tmp_path.glob("train_step*.jsonl")) == [tmp_path / "train_step7.jsonl"]
 
 
 def test_reader_rejects_a_torn_last_line(tmp_path: Path) -> None:
@@ -191,7 +192,8 @@ def test_train_and_val_dumps_of_one_step_do_not_collide(tmp_path: Path) -> None:
     write_dump(tmp_path, DumpKind.TRAIN, 2, [_record(step=2, uid="t")])
     write_dump(tmp_path, DumpKind.VAL, 2, [_record(step=2, uid="v")])
     write_dump(tmp_path, DumpKind.TRAIN, 10, [_record(step=10, uid="t10")])
-    assert [p.name for p in list_dumps(tmp_path, DumpKind.TRAIN)] == ["train_step2.jsonl", "train_step10.jsonl"]
+    assert {p.name for p in tmp_path.iterdir()} == {"train_step2.jsonl", "train_step10.jsonl", "val_step2.jsonl"}
+    assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.TRAIN, 2))] == ["t"]
     assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.VAL, 2))] == ["v"]
 
 

@@ -11,8 +11,9 @@ from trainers.flow.loss import FlowLossInputs, flow_grpo_loss
 
 def _inputs(lp, old, adv, **kw) -> FlowLossInputs:
     b = len(lp)
-    base = dict(mean=torch.zeros(b, 1, 2, 2), std=torch.tensor(0.5), num_samples=float(b), num_steps=1,
-                reduction="mean")  # fmt: skip
+    base = dict(
+        mean=torch.zeros(b, 1, 2, 2), std=torch.tensor(0.5), num_samples=float(b), num_steps=1, reduction="mean"
+    )
     return FlowLossInputs(torch.tensor(lp), torch.tensor(old), torch.tensor(adv), **(base | kw))
 
 

@@ -44,8 +44,9 @@ def test_the_trainer_recomputes_the_rollout_log_probs_exactly_before_any_update(
     backend = _backend(model)
     recomputed = backend.log_probs(rollout)
     assert (recomputed - rollout.log_probs).abs().max() < 1e-6
-    result = flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), rollout, rewards, groups,
-                             sampled_by=0, seed=0)  # fmt: skip
+    result = flow_train_step(
+        backend, FlowGRPOConfig(), FlowTrainConfig(), rollout, rewards, groups, sampled_by=0, seed=0
+    )
     assert result.metrics["mismatch/max_abs"] < 1e-6
     assert backend.version == 1
 
@@ -56,8 +57,16 @@ def test_micro_batches_accumulate_to_the_same_gradient_as_one_batch():
         model = _model()
         rollout, rewards, groups = _batch(model)
         backend = _backend(model)
-        flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(micro_batch_size=micro), rollout, rewards, groups,
-                        sampled_by=0, seed=0)  # fmt: skip
+        flow_train_step(
+            backend,
+            FlowGRPOConfig(),
+            FlowTrainConfig(micro_batch_size=micro),
+            rollout,
+            rewards,
+            groups,
+            sampled_by=0,
+            seed=0,
+        )
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert grads[0].abs().max() > 0
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-7)
@@ -67,8 +76,9 @@ def test_an_update_raises_the_log_prob_of_positive_advantage_samples():
     model = _model()
     rollout, rewards, groups = _batch(model)
     backend = _backend(model)
-    result = flow_train_step(backend, FlowGRPOConfig(clip_eps=0.2), FlowTrainConfig(), rollout, rewards, groups,
-                             sampled_by=0, seed=0)  # fmt: skip
+    result = flow_train_step(
+        backend, FlowGRPOConfig(clip_eps=0.2), FlowTrainConfig(), rollout, rewards, groups, sampled_by=0, seed=0
+    )
     delta = (backend.log_probs(rollout) - rollout.log_probs).mean(dim=1)
     adv = torch.from_numpy(result.advantages)
     assert float((delta * adv).sum()) > 0  # the surrogate went up
@@ -79,8 +89,16 @@ def test_all_zero_advantages_with_the_filter_skip_the_update():
     rollout, _, groups = _batch(model)
     backend = _backend(model)
     before = [p.detach().clone() for p in model.parameters()]
-    result = flow_train_step(backend, FlowGRPOConfig(drop_zero_advantage=True), FlowTrainConfig(), rollout,
-                             np.full(16, 0.5, dtype=np.float32), groups, sampled_by=0, seed=0)  # fmt: skip
+    result = flow_train_step(
+        backend,
+        FlowGRPOConfig(drop_zero_advantage=True),
+        FlowTrainConfig(),
+        rollout,
+        np.full(16, 0.5, dtype=np.float32),
+        groups,
+        sampled_by=0,
+        seed=0,
+    )
     assert result.metrics["actor/skipped_all_zero_advantage"] == 1.0
     assert result.metrics["actor/trained_samples"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
@@ -89,8 +107,9 @@ def test_all_zero_advantages_with_the_filter_skip_the_update():
 def test_a_non_finite_loss_raises_before_the_optimiser_step():
     model = _model()
     rollout, rewards, groups = _batch(model)
-    bad = FlowRollout(rollout.labels, rollout.sigmas, rollout.window, rollout.latents.clone(), rollout.log_probs,
-                      rollout.images)  # fmt: skip
+    bad = FlowRollout(
+        rollout.labels, rollout.sigmas, rollout.window, rollout.latents.clone(), rollout.log_probs, rollout.images
+    )
     bad.latents[0, 1] = float("inf")
     backend = _backend(model)
     before = [p.detach().clone() for p in model.parameters()]
@@ -123,17 +142,18 @@ def test_a_stale_batch_is_clipped_against_the_trainer_recompute_with_behaviour_w
     rollout, rewards, groups = _batch(model)  # sampled by version 0
     backend = _backend(model)
     flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), *_batch(model, seed=5), sampled_by=0, seed=0)
-    trainer = flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), rollout, rewards, groups,
-                              sampled_by=0, seed=0)  # fmt: skip
+    trainer = flow_train_step(
+        backend, FlowGRPOConfig(), FlowTrainConfig(), rollout, rewards, groups, sampled_by=0, seed=0
+    )
     assert trainer.metrics["actor/ratio"] == pytest.approx(1.0, abs=1e-6)  # the denominator is the trainer's own
     assert trainer.metrics["actor/behaviour_weight"] != pytest.approx(1.0, abs=1e-6)
     assert "mismatch/max_abs" not in trainer.metrics
 
     backend = _backend(_model())
-    flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), *_batch(backend.model, seed=5), sampled_by=0,
-                    seed=0)  # fmt: skip
-    rollout_old = flow_train_step(backend, FlowGRPOConfig(old_policy="rollout"), FlowTrainConfig(), rollout, rewards,
-                                  groups, sampled_by=0, seed=0)  # fmt: skip
+    flow_train_step(backend, FlowGRPOConfig(), FlowTrainConfig(), *_batch(backend.model, seed=5), sampled_by=0, seed=0)
+    rollout_old = flow_train_step(
+        backend, FlowGRPOConfig(old_policy="rollout"), FlowTrainConfig(), rollout, rewards, groups, sampled_by=0, seed=0
+    )
     assert rollout_old.metrics["actor/ratio"] != pytest.approx(1.0, abs=1e-6)
     assert "actor/behaviour_weight" not in rollout_old.metrics
 
@@ -148,8 +168,16 @@ def test_the_same_step_trains_a_diffusers_sd3_transformer_through_its_adapter():
     backend = FlowBackend(fn, OptimConfig(lr=1e-3), SAMPLER)
     before = [p.detach().clone() for p in fn.transformer.parameters()]
     rewards = rollout.images.flatten(1).mean(dim=1).numpy()
-    result = flow_train_step(backend, FlowGRPOConfig(clip_eps=0.2), FlowTrainConfig(), rollout, rewards,
-                             np.repeat(np.arange(2), 4), sampled_by=0, seed=0)  # fmt: skip
+    result = flow_train_step(
+        backend,
+        FlowGRPOConfig(clip_eps=0.2),
+        FlowTrainConfig(),
+        rollout,
+        rewards,
+        np.repeat(np.arange(2), 4),
+        sampled_by=0,
+        seed=0,
+    )
     assert result.metrics["mismatch/max_abs"] < 1e-6
     assert any(not torch.equal(a, b) for a, b in zip(before, fn.transformer.parameters(), strict=True))
     assert all(not b.requires_grad for b in fn.buffers())  # the prompt embeddings are not trained

@@ -29,7 +29,15 @@ def test_megatron_config_refuses_an_expert_split_that_does_not_divide_the_ranks(
 
 @pytest.mark.skipif(find_spec("megatron") is not None, reason="this environment has Megatron-Core")
 def test_building_megatron_steps_without_megatron_names_the_script_that_builds_its_environment(tmp_path: Path) -> None:
-    spec = StepSpec(str(tmp_path), PPOConfig(), TrainLoopConfig(), OptimConfig(), max_new_tokens=8, temperature=1.0,
-                    seed=0, total_steps=1)  # fmt: skip
+    spec = StepSpec(
+        str(tmp_path),
+        PPOConfig(),
+        TrainLoopConfig(),
+        OptimConfig(),
+        max_new_tokens=8,
+        temperature=1.0,
+        seed=0,
+        total_steps=1,
+    )
     with pytest.raises(ValueError, match=r"megatron-core 0\.19\.2, got not installed.*bash scripts/test_megatron\.sh"):
         build_steps(MegatronBackendConfig(), spec)

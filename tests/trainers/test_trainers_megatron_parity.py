@@ -108,8 +108,10 @@ def test_megatron_gpt_gives_our_log_probs_and_gradients_with_and_without_replay(
     make_inputs(tmp_path)
     port = _free_port()
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(world), str(port), str(tmp_path)], env=env)
-             for r in range(world)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, __file__, str(r), str(world), str(port), str(tmp_path)], env=env)
+        for r in range(world)
+    ]
     assert [p.wait(timeout=300) for p in procs] == [0] * world
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     moved = 0.0

@@ -18,21 +18,27 @@ from trainers_fixtures import PAD, algorithm, backend, grads, rollouts, step, ti
 torch.set_num_threads(1)
 
 
-def _scores(sampled: list[float], top_ids: list[list[int]] | None = None,
-            top_lp: list[list[float]] | None = None) -> TeacherScores:  # fmt: skip
+def _scores(
+    sampled: list[float], top_ids: list[list[int]] | None = None, top_lp: list[list[float]] | None = None
+) -> TeacherScores:
     r, k = len(sampled), len(top_ids[0]) if top_ids else 0
     ids = np.asarray(top_ids if top_ids else np.zeros((r, 0)), dtype=np.int64)
     return TeacherScores(
-        sampled=np.asarray(sampled, dtype=np.float32), ids=ids,
+        sampled=np.asarray(sampled, dtype=np.float32),
+        ids=ids,
         logprobs=np.asarray(top_lp if top_lp else np.zeros((r, 0)), dtype=np.float32),
-        valid=np.ones((r, k), dtype=bool), in_top_k=np.zeros(r, dtype=bool), temperature=1.0,
-    )  # fmt: skip
+        valid=np.ones((r, k), dtype=bool),
+        in_top_k=np.zeros(r, dtype=bool),
+        temperature=1.0,
+    )
 
 
 def _with_teacher(samples: list[TrainSample], shift: float = 0.5) -> list[TrainSample]:
     """The teacher agrees with the rollout up to `-shift` on every token, `-shift * j` on token j (a known ratio)."""
-    return [dataclasses.replace(s, teacher=_scores([lp - shift * j for j, lp in enumerate(s.rollout_log_probs)]))
-            for s in samples]  # fmt: skip
+    return [
+        dataclasses.replace(s, teacher=_scores([lp - shift * j for j, lp in enumerate(s.rollout_log_probs)]))
+        for s in samples
+    ]
 
 
 def _batch(shift: float = 0.5, pad_to: int = 1) -> TrainBatch:
@@ -86,18 +92,30 @@ def test_the_reward_advantage_adds_by_its_coefficient() -> None:
     torch.testing.assert_close(mixed, plain + 0.3 * reward)
 
 
-@pytest.mark.parametrize(("loss", "value"), [
-    ("k2", lambda r: 0.5 * r**2),
-    ("k3", lambda r: math.exp(-r) + r - 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("loss", "value"),
+    [
+        ("k2", lambda r: 0.5 * r**2),
+        ("k3", lambda r: math.exp(-r) + r - 1),
+    ],
+)
 def test_k2_and_k3_losses_match_hand_values_and_pull_the_student_toward_the_teacher(loss: str, value) -> None:
     student = torch.tensor([[-0.2, -1.0, -3.0]], requires_grad=True)
     teacher = torch.tensor([[-0.7, -1.0, -1.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0]])
     alg = algorithm("opd", loss=loss)
-    out = alg.loss(LossInputs(log_probs=student, old_log_probs=student.detach(), rollout_log_probs=student.detach(),
-                              advantages=torch.zeros(1, 3), mask=mask, num_tokens=3.0, num_seqs=1.0,
-                              ref_log_probs=teacher))  # fmt: skip
+    out = alg.loss(
+        LossInputs(
+            log_probs=student,
+            old_log_probs=student.detach(),
+            rollout_log_probs=student.detach(),
+            advantages=torch.zeros(1, 3),
+            mask=mask,
+            num_tokens=3.0,
+            num_seqs=1.0,
+            ref_log_probs=teacher,
+        )
+    )
     r = (student.detach() - teacher)[0].tolist()  # log pi_S - log pi_T
     assert float(out.loss.detach()) == pytest.approx(sum(value(x) for x in r) / 3, rel=1e-5)
     out.loss.backward()
@@ -140,10 +158,20 @@ def test_top_k_forward_kl_matches_hand_values_and_pushes_up_the_teachers_choice(
     teacher = (torch.log(torch.tensor([[[0.6, 0.2]]])), torch.ones(1, 1, 2, dtype=torch.bool))
     lp = torch.tensor([[-1.0]], requires_grad=True)
     alg = algorithm("opd", loss="topk_fkl")
-    out = alg.loss(LossInputs(log_probs=lp, old_log_probs=lp.detach(), rollout_log_probs=lp.detach(),
-                              advantages=torch.zeros(1, 1), mask=torch.ones(1, 1), num_tokens=1.0, num_seqs=1.0,
-                              ref_log_probs=torch.zeros(1, 1), top_k_log_probs=student,
-                              teacher_top_k=teacher))  # fmt: skip
+    out = alg.loss(
+        LossInputs(
+            log_probs=lp,
+            old_log_probs=lp.detach(),
+            rollout_log_probs=lp.detach(),
+            advantages=torch.zeros(1, 1),
+            mask=torch.ones(1, 1),
+            num_tokens=1.0,
+            num_seqs=1.0,
+            ref_log_probs=torch.zeros(1, 1),
+            top_k_log_probs=student,
+            teacher_top_k=teacher,
+        )
+    )
     expected = 0.75 * math.log(0.75 / 0.1) + 0.25 * math.log(0.25 / 0.5)
     assert float(out.loss.detach()) == pytest.approx(expected, rel=1e-5)
     assert float(out.means["opd/student_top_k_mass"]) == pytest.approx(0.6, rel=1e-5)
@@ -154,11 +182,20 @@ def test_top_k_forward_kl_matches_hand_values_and_pushes_up_the_teachers_choice(
 def test_an_invalid_top_k_entry_is_left_out_of_the_target() -> None:
     student = torch.log(torch.tensor([[[0.1, 0.5]]]))
     teacher = (torch.log(torch.tensor([[[0.6, 0.2]]])), torch.tensor([[[True, False]]]))
-    out = algorithm("opd", loss="topk_fkl").loss(LossInputs(
-        log_probs=torch.zeros(1, 1), old_log_probs=torch.zeros(1, 1), rollout_log_probs=torch.zeros(1, 1),
-        advantages=torch.zeros(1, 1), mask=torch.ones(1, 1), num_tokens=1.0, num_seqs=1.0,
-        ref_log_probs=torch.zeros(1, 1), top_k_log_probs=student, teacher_top_k=teacher,
-    ))  # fmt: skip
+    out = algorithm("opd", loss="topk_fkl").loss(
+        LossInputs(
+            log_probs=torch.zeros(1, 1),
+            old_log_probs=torch.zeros(1, 1),
+            rollout_log_probs=torch.zeros(1, 1),
+            advantages=torch.zeros(1, 1),
+            mask=torch.ones(1, 1),
+            num_tokens=1.0,
+            num_seqs=1.0,
+            ref_log_probs=torch.zeros(1, 1),
+            top_k_log_probs=student,
+            teacher_top_k=teacher,
+        )
+    )
     assert float(out.loss) == pytest.approx(math.log(1 / 0.1), rel=1e-5)  # q = (1, 0)
 
 
@@ -171,8 +208,9 @@ def test_a_top_k_step_reads_the_students_log_probs_of_the_teachers_ids_from_the_
         with torch.no_grad():
             rows = torch.log_softmax(model(seq).logits[0, len(s.prompt_ids) - 1 : -1].float(), dim=-1)
         top = rows.topk(2)
-        with_top.append(dataclasses.replace(s, teacher=_scores(s.rollout_log_probs, top.indices.tolist(),
-                                                               top.values.tolist())))  # fmt: skip
+        with_top.append(
+            dataclasses.replace(s, teacher=_scores(s.rollout_log_probs, top.indices.tolist(), top.values.tolist()))
+        )
     batch = collate(with_top, PAD)
     assert batch.teacher_top_ids is not None and batch.teacher_top_ids.shape[-1] == 2
     metrics = step(backend(model), batch, algorithm("opd", loss="topk_fkl")).metrics

@@ -183,6 +183,7 @@ def test_every_advantage_estimator_trains_and_keeps_pads_at_zero(estimator: str)
 def test_seq_mean_token_sum_norm_divides_by_the_constant_loss_scale_factor() -> None:
     batch = _batch()
     summed = step(backend(tiny_model()), batch, algorithm("ppo", agg_mode="seq-mean-token-sum")).metrics
-    normed = step(backend(tiny_model()), batch, algorithm("ppo", agg_mode="seq-mean-token-sum-norm",
-                                                          loss_scale_factor=4.0)).metrics  # fmt: skip
+    normed = step(
+        backend(tiny_model()), batch, algorithm("ppo", agg_mode="seq-mean-token-sum-norm", loss_scale_factor=4.0)
+    ).metrics
     assert normed["actor/pg_loss"] == pytest.approx(summed["actor/pg_loss"] / 4.0, rel=1e-6)

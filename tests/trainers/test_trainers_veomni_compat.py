@@ -34,8 +34,9 @@ def _run(check: str, tmp_path: Path) -> dict[str, object]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = os.environ | {"VEOMNI_VERBOSITY": "ERROR"}
-    out = subprocess.run([sys.executable, __file__, check, str(port), str(ckpt)], capture_output=True, text=True,
-                         env=env, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, __file__, check, str(port), str(ckpt)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -95,8 +96,9 @@ def _check(name: str, port: int, ckpt: str) -> dict[str, object]:
         from veomni.models import build_foundation_model
 
         try:
-            model = build_foundation_model(ckpt, ckpt, torch_dtype="float32", init_device="cpu",
-                                           ops_implementation=OpsImplementationConfig())  # fmt: skip
+            model = build_foundation_model(
+                ckpt, ckpt, torch_dtype="float32", init_device="cpu", ops_implementation=OpsImplementationConfig()
+            )
             _logits_diff(model)
             fails = False
         except Exception:
@@ -107,9 +109,13 @@ def _check(name: str, port: int, ckpt: str) -> dict[str, object]:
 
         model = compat.build_model(ckpt, 1)
         try:
-            build_parallelize_model(model, weights_path=ckpt, init_device="cpu",
-                                    mixed_precision=MixedPrecisionConfig(enable=False),
-                                    enable_gradient_checkpointing=False)  # fmt: skip
+            build_parallelize_model(
+                model,
+                weights_path=ckpt,
+                init_device="cpu",
+                mixed_precision=MixedPrecisionConfig(enable=False),
+                enable_gradient_checkpointing=False,
+            )
             raises = False
         except ValueError:
             raises = True

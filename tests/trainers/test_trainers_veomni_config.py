@@ -28,8 +28,16 @@ def test_veomni_config_refuses_a_rank_or_thread_count_that_is_not_a_positive_int
 
 @pytest.mark.skipif(find_spec("veomni") is not None, reason="this environment has VeOmni")
 def test_building_veomni_steps_without_veomni_names_the_script_that_builds_its_environment(tmp_path: Path) -> None:
-    spec = StepSpec(str(tmp_path), PPOConfig(), TrainLoopConfig(), OptimConfig(), max_new_tokens=8, temperature=1.0,
-                    seed=0, total_steps=1)  # fmt: skip
+    spec = StepSpec(
+        str(tmp_path),
+        PPOConfig(),
+        TrainLoopConfig(),
+        OptimConfig(),
+        max_new_tokens=8,
+        temperature=1.0,
+        seed=0,
+        total_steps=1,
+    )
     with pytest.raises(ValueError, match=r"veomni not installed.*bash scripts/test_veomni\.sh"):
         build_steps(VeOmniBackendConfig(), spec)
 

@@ -55,13 +55,19 @@ def results(backend: object) -> dict[str, object]:
         f"lp_{replay}": backend.log_probs([batch], replay=replay)[0]
         for replay in (False, True)  # type: ignore[attr-defined]
     }
-    m = train_step(backend, PPOConfig().build(max_new_tokens=MAX_NEW), batch,  # type: ignore[arg-type]
-                   TrainLoopConfig(router_replay=True, **LOOP)).metrics  # fmt: skip
+    m = train_step(
+        backend,
+        PPOConfig().build(max_new_tokens=MAX_NEW),
+        batch,  # type: ignore[arg-type]
+        TrainLoopConfig(router_replay=True, **LOOP),
+    ).metrics
     out["pg_loss"], out["grad_norm"] = m["actor/pg_loss"], m["actor/grad_norm"]
     out["mismatch"] = {k: v for k, v in m.items() if k.startswith(("mismatch/", "actor/"))}
     model = backend.model  # type: ignore[attr-defined]
-    out["grads"] = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
-                    for n, p in model.named_parameters()}  # fmt: skip
+    out["grads"] = {
+        n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
+        for n, p in model.named_parameters()
+    }
     return out
 
 
@@ -77,8 +83,10 @@ def _run_ranks(world: int, tmp_path: Path, device: str = "cpu") -> list[dict[str
     port = _free_port()
     env = os.environ | {"VEOMNI_VERBOSITY": "WARNING"}
     args = [str(world), str(port), str(ckpt), device]
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), *args, str(tmp_path / f"r{r}.pt")], env=env)
-             for r in range(world)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, __file__, str(r), *args, str(tmp_path / f"r{r}.pt")], env=env)
+        for r in range(world)
+    ]
     assert [p.wait(timeout=300) for p in procs] == [0] * world
     return [torch.load(tmp_path / f"r{r}.pt", map_location="cpu") for r in range(world)]
 

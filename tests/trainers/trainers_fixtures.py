@@ -22,9 +22,14 @@ MAX_NEW = 8
 def tiny_model(seed: int = 0) -> MoEForCausalLM:
     torch.manual_seed(seed)
     cfg = MoEConfig.preset(
-        "tiny", vocab_size=VOCAB, hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+        "tiny",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
         pad_token_id=PAD,
-    )  # fmt: skip
+    )
     return MoEForCausalLM(cfg)
 
 
@@ -43,10 +48,17 @@ def sample_one(model: MoEForCausalLM, prompt: list[int], max_new: int, gen: torc
         log_probs.append(float(logp[token]))
     response = ids[len(prompt) :]
     return TrainSample(
-        uid=f"u{len(prompt)}-{gen.initial_seed()}-{response}", group_id=str(prompt), data_source="toy",
-        prompt_ids=list(prompt), response_ids=response, loss_mask=[1] * len(response), rollout_log_probs=log_probs,
-        token_versions=[0] * len(response), reward=float(sum(response) % 3 == 0), routing=trace,
-    )  # fmt: skip
+        uid=f"u{len(prompt)}-{gen.initial_seed()}-{response}",
+        group_id=str(prompt),
+        data_source="toy",
+        prompt_ids=list(prompt),
+        response_ids=response,
+        loss_mask=[1] * len(response),
+        rollout_log_probs=log_probs,
+        token_versions=[0] * len(response),
+        reward=float(sum(response) % 3 == 0),
+        routing=trace,
+    )
 
 
 def rollouts(model: MoEForCausalLM, num_prompts: int = 4, per_prompt: int = 3, seed: int = 0) -> list[TrainSample]:
@@ -92,5 +104,4 @@ def rank_spec(tmp_path: Path, algorithm: AlgorithmConfig, optim: OptimConfig, **
     if not ckpt.exists():
         save_pretrained(tiny_model(), ckpt)
     cfg = TrainLoopConfig(**{"mini_batches_per_step": 2, "micro_batch_tokens": 30, "mismatch_sample_seqs": 2, **loop})
-    return StepSpec(str(ckpt), algorithm, cfg, optim, max_new_tokens=MAX_NEW, temperature=1.0, seed=0,
-                    total_steps=8)  # fmt: skip
+    return StepSpec(str(ckpt), algorithm, cfg, optim, max_new_tokens=MAX_NEW, temperature=1.0, seed=0, total_steps=8)

@@ -23,8 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What `uv run` itself accepts before the command (those that take a value map to True).
 UV_RUN_OPTIONS = {
-    "--no-sync": False, "--locked": False, "--frozen": False, "--package": True, "--group": True, "--with": True,
-}  # fmt: skip
+    "--no-sync": False,
+    "--locked": False,
+    "--frozen": False,
+    "--package": True,
+    "--group": True,
+    "--with": True,
+}
 # Placeholders the docs use for values only the reader has: replaced by a value of the right kind before parsing.
 PLACEHOLDERS = ("DIR", "DIR1", "DIR2", "SYNC_RUN", "ASYNC_RUN", "HEAD_IP", "URL", "N", "S", "<run dir>")
 # Benchmarks that forward the flags after `--` to the apps, and the apps that get them.
@@ -297,20 +302,26 @@ def test_a_broken_command_is_reported_with_its_file_and_line(tmp_path: Path) -> 
         check(found[1], tmp_path)
 
 
-@pytest.mark.parametrize("case", [
-    ("uv run apps/sync_ppo --task.addition_weight 0.5 --algorithm.kind opd --teacher.sources addition=DIR1", None),
-    ("uv run apps/sync_ppo --algorithm.kind opd --teacher.sources addition=DIR1", "expected data sources"),
-    ("uv run python benchmarks/async_vs_sync.py --steps 2 -- --run.stepz 3", "refused the flags"),
-    ("uv run python benchmarks/async_vs_sync.py --stepz 2", "expected one of"),
-    ("uv run python benchmarks/no_such.py", "expected a file of the repository"),
-    ("uv run --package routing-state pytest tests/routing_state", "syncs inexactly"),
-    ("uv run --no-sync pytest tests/routing_state", None),
-    ("uv run --with tensorboard tensorboard --logdir runs/sync_ppo", None),
-    ("uv run no_such_tool --x", "expected an app"),
-    ("uv run apps/sync_ppo --task dataset --task.train_file docs/examples/reverse.jsonl --task.val_size 32", None),
-    ("uv run apps/sync_ppo --task dataset --task.train_file docs/examples/nothing.jsonl --task.val_size 2", "expected"),
-    ("UV_PROJECT_ENVIRONMENT=.veomni-env uv run apps/sync_ppo", "expected --no-sync"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("uv run apps/sync_ppo --task.addition_weight 0.5 --algorithm.kind opd --teacher.sources addition=DIR1", None),
+        ("uv run apps/sync_ppo --algorithm.kind opd --teacher.sources addition=DIR1", "expected data sources"),
+        ("uv run python benchmarks/async_vs_sync.py --steps 2 -- --run.stepz 3", "refused the flags"),
+        ("uv run python benchmarks/async_vs_sync.py --stepz 2", "expected one of"),
+        ("uv run python benchmarks/no_such.py", "expected a file of the repository"),
+        ("uv run --package routing-state pytest tests/routing_state", "syncs inexactly"),
+        ("uv run --no-sync pytest tests/routing_state", None),
+        ("uv run --with tensorboard tensorboard --logdir runs/sync_ppo", None),
+        ("uv run no_such_tool --x", "expected an app"),
+        ("uv run apps/sync_ppo --task dataset --task.train_file docs/examples/reverse.jsonl --task.val_size 32", None),
+        (
+            "uv run apps/sync_ppo --task dataset --task.train_file docs/examples/nothing.jsonl --task.val_size 2",
+            "expected",
+        ),
+        ("UV_PROJECT_ENVIRONMENT=.veomni-env uv run apps/sync_ppo", "expected --no-sync"),
+    ],
+)
 def test_the_check_refuses_what_would_fail_and_passes_what_runs(case: tuple[str, str | None], tmp_path: Path) -> None:
     text, error = case
     command = Command("x.md", 1, text)
@@ -433,10 +444,16 @@ def imports_torch_at_module_level(source: Path) -> bool:
     return False
 
 
-LIGHT_SCRIPTS = sorted({
-    w for c in COMMANDS for w in shlex.split(c.text) if re.fullmatch(r"benchmarks/\w+\.py", w)
-    and (ROOT / w).is_file() and not imports_torch_at_module_level(ROOT / w)
-})  # fmt: skip
+LIGHT_SCRIPTS = sorted(
+    {
+        w
+        for c in COMMANDS
+        for w in shlex.split(c.text)
+        if re.fullmatch(r"benchmarks/\w+\.py", w)
+        and (ROOT / w).is_file()
+        and not imports_torch_at_module_level(ROOT / w)
+    }
+)
 
 
 def test_some_benchmarks_the_docs_run_are_light_enough_to_ask_for_their_help() -> None:

@@ -69,7 +69,8 @@ class BehaviourProbe:
         out = {}
         for replay in (True, False):
             routing = RouterReplay(sub.replay_ids, sub.replay_mask) if replay else None
-            lp, _ = self.scratch.token_log_probs(sub.input_ids, sub.attention_mask, temperature=self.temperature,
-                                                 replay=routing)  # fmt: skip
+            lp, _ = self.scratch.token_log_probs(
+                sub.input_ids, sub.attention_mask, temperature=self.temperature, replay=routing
+            )
             out[replay] = (lp, sub.rollout_log_probs, mask)
         return out

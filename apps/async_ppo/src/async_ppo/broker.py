@@ -120,10 +120,13 @@ class Broker(NodeAware):
 
     def stats(self) -> BrokerStats:
         return BrokerStats(
-            served_version=self.served_version, cursor=self.ledger.cursor, ready=self.ledger.num_ready,
-            running=self.ledger.count(TicketStatus.RUNNING), pending=self.ledger.count(TicketStatus.PENDING),
+            served_version=self.served_version,
+            cursor=self.ledger.cursor,
+            ready=self.ledger.num_ready,
+            running=self.ledger.count(TicketStatus.RUNNING),
+            pending=self.ledger.count(TicketStatus.PENDING),
             counters=LedgerCounters(**vars(self.ledger.counters)),
-        )  # fmt: skip
+        )
 
     async def stop(self) -> None:
         self.stopped = True

@@ -82,5 +82,7 @@ class AsyncConfig(RecipeConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.debug.precision_steps:
-            raise ValueError("debug.precision_steps: the precision probe runs in apps/sync_ppo, where the engine's "
-                             "model is in the trainer's process; here the engines are in rollouter actors")  # fmt: skip
+            raise ValueError(
+                "debug.precision_steps: the precision probe runs in apps/sync_ppo, where the engine's "
+                "model is in the trainer's process; here the engines are in rollouter actors"
+            )

@@ -42,9 +42,16 @@ class _Member:
 
 
 class RolloutFleet:
-    def __init__(self, specs: list[RollouterSpec], broker: Any, options: Callable[[int], dict[str, Any]], *,
-                 max_restarts: int, call_timeout_s: float,
-                 teachers: dict[str, tuple[Any, ...]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        specs: list[RollouterSpec],
+        broker: Any,
+        options: Callable[[int], dict[str, Any]],
+        *,
+        max_restarts: int,
+        call_timeout_s: float,
+        teachers: dict[str, tuple[Any, ...]] | None = None,
+    ) -> None:
         self.specs = specs
         self.broker = broker
         self.teachers = teachers
@@ -66,8 +73,9 @@ class RolloutFleet:
         try:
             await asyncio.wait_for(handle.start.remote(self.weights), self.call_timeout_s)
         except (TimeoutError, RayActorError, ray.exceptions.RayTaskError) as exc:
-            raise PipelineError(f"rollouter {spec.rollouter_id}: start at weight version {self.version} failed: "
-                                f"{cause(exc)}") from exc  # fmt: skip
+            raise PipelineError(
+                f"rollouter {spec.rollouter_id}: start at weight version {self.version} failed: {cause(exc)}"
+            ) from exc
         node = await handle.node_id.remote()
         return _Member(spec, handle, asyncio.ensure_future(handle.run.remote()), node)
 
@@ -79,14 +87,17 @@ class RolloutFleet:
     async def _replace(self, member: _Member, error: BaseException) -> None:
         rid = member.spec.rollouter_id
         if self.restarts >= self.max_restarts:
-            raise PipelineError(f"rollouter {rid} died ({cause(error)}); {self.restarts} restarts already, limit "
-                                f"{self.max_restarts}: giving up") from error  # fmt: skip
+            raise PipelineError(
+                f"rollouter {rid} died ({cause(error)}); {self.restarts} restarts already, limit "
+                f"{self.max_restarts}: giving up"
+            ) from error
         self.restarts += 1
         self.released_prompts += len(await self.broker.release.remote(member.spec.owner_id))
         ray.kill(member.handle, no_restart=True)
         # a new owner id: a late result of the dead incarnation is refused; an injected fault fires once
-        spec = dataclasses.replace(member.spec, owner_id=len(self.specs) * (self.restarts + 1) + rid,
-                                   crash_after_groups=0)  # fmt: skip
+        spec = dataclasses.replace(
+            member.spec, owner_id=len(self.specs) * (self.restarts + 1) + rid, crash_after_groups=0
+        )
         self.members[rid] = await self._spawn(spec)
         if self.placement is not None:
             self.placement.rollouter_started(rid, self.members[rid].node, self.version)
@@ -109,8 +120,9 @@ class RolloutFleet:
         deadline = time.monotonic() + timeout_s
         while True:
             runs = [m.run for m in self.members.values()]
-            done, _ = await asyncio.wait([target, *runs], timeout=max(0.0, deadline - time.monotonic()),
-                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            done, _ = await asyncio.wait(
+                [target, *runs], timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+            )
             if target in done:
                 return target.result()
             if not done:
@@ -129,8 +141,9 @@ class RolloutFleet:
         for member, ref in calls:
             rid = member.spec.rollouter_id
             try:
-                slowest = max(slowest, await self.wait(ref, f"weight push v{version} to rollouter {rid}",
-                                                       self.call_timeout_s))  # fmt: skip
+                slowest = max(
+                    slowest, await self.wait(ref, f"weight push v{version} to rollouter {rid}", self.call_timeout_s)
+                )
             except RayActorError as exc:
                 if self.members[rid] is member:  # not yet replaced by `wait` (a replacement starts on `weights`)
                     await self._replace(member, exc)

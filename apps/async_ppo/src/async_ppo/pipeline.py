@@ -46,9 +46,12 @@ from async_ppo.trainer_actor import TrainerActor, TrainOutcome
 from async_ppo.validator import Validator
 
 PROGRESS_FIELDS = {
-    "reward": "reward/mean", "val_acc": "val/greedy_acc", "stale": "staleness/sample_mean",
-    "queue": "queue/ready_groups", "tok/s": "perf/rollout_tokens_per_s",
-}  # fmt: skip
+    "reward": "reward/mean",
+    "val_acc": "val/greedy_acc",
+    "stale": "staleness/sample_mean",
+    "queue": "queue/ready_groups",
+    "tok/s": "perf/rollout_tokens_per_s",
+}
 
 
 @dataclass(frozen=True)
@@ -98,19 +101,42 @@ class Pipeline:
             .remote(trainer_spec(s), str(loaded.trainer_dir) if loaded else None)
         )
         p = cfg.rollout
-        self.broker = ray.remote(Broker).options(**RaySession.light_options()).remote(
-            p.prompts_per_step, cfg.pipeline.max_staleness, (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
-            version, loaded.ledger if loaded else None, rerun_stale=cfg.pipeline.staleness_policy == "rerun",
-        )  # fmt: skip
-        self.validator = ray.remote(Validator).options(**self.session.validator_options()).remote(
-            s.checkpoint_dir, cfg.task, cfg.validation, str(s.run.root), max_len=s.max_len,
-            max_new_tokens=s.max_new_tokens, seed=cfg.run.seed, reward_timeout_s=cfg.rollout.reward_timeout_s,
-            niceness=cfg.ray.helper_niceness,
-        )  # fmt: skip
+        self.broker = (
+            ray.remote(Broker)
+            .options(**RaySession.light_options())
+            .remote(
+                p.prompts_per_step,
+                cfg.pipeline.max_staleness,
+                (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
+                version,
+                loaded.ledger if loaded else None,
+                rerun_stale=cfg.pipeline.staleness_policy == "rerun",
+            )
+        )
+        self.validator = (
+            ray.remote(Validator)
+            .options(**self.session.validator_options())
+            .remote(
+                s.checkpoint_dir,
+                cfg.task,
+                cfg.validation,
+                str(s.run.root),
+                max_len=s.max_len,
+                max_new_tokens=s.max_new_tokens,
+                seed=cfg.run.seed,
+                reward_timeout_s=cfg.rollout.reward_timeout_s,
+                niceness=cfg.ray.helper_niceness,
+            )
+        )
         self.teachers = self._start_teachers()
-        self.fleet = RolloutFleet(rollouter_specs(s), self.broker, self.session.rollouter_options,
-                                  max_restarts=3, call_timeout_s=cfg.ray.call_timeout_s,
-                                  teachers=None if self.teachers is None else self.teachers.replicas())  # fmt: skip
+        self.fleet = RolloutFleet(
+            rollouter_specs(s),
+            self.broker,
+            self.session.rollouter_options,
+            max_restarts=3,
+            call_timeout_s=cfg.ray.call_timeout_s,
+            teachers=None if self.teachers is None else self.teachers.replicas(),
+        )
         weights = self.trainer.publish.remote() if loaded else None
         roles = [a.node_id.remote() for a in (self.trainer, self.broker, self.validator)]
         await self.fleet.start(weights, version)
@@ -135,9 +161,14 @@ class Pipeline:
         if self.roster is None:
             return None
         cfg = self.cfg
-        return TeacherPool.start(cfg.teacher, self.roster, max_len=self.setup.max_len,
-                                 work_dir=str(self.setup.run.root / "teacher"), timeout_s=cfg.ray.startup_timeout_s,
-                                 crash_after_calls=cfg.faults.teacher_crash_after_calls)  # fmt: skip
+        return TeacherPool.start(
+            cfg.teacher,
+            self.roster,
+            max_len=self.setup.max_len,
+            work_dir=str(self.setup.run.root / "teacher"),
+            timeout_s=cfg.ray.startup_timeout_s,
+            crash_after_calls=cfg.faults.teacher_crash_after_calls,
+        )
 
     def _validate(self, step: int, weights: Any) -> None:
         self.pending_validations[step] = self.validator.validate.remote(weights, step)
@@ -154,11 +185,14 @@ class Pipeline:
         trainer never waits for the driver. Returns the step's metrics and the next call (None after the last)."""
         cfg, step = self.cfg, call.step
         try:
-            outcome: TrainOutcome = await self.fleet.wait(call.result, f"trainer step {step}",
-                                                          cfg.ray.stall_timeout_s, self._describe)  # fmt: skip
+            outcome: TrainOutcome = await self.fleet.wait(
+                call.result, f"trainer step {step}", cfg.ray.stall_timeout_s, self._describe
+            )
         except RayActorError as exc:  # the trainer holds the weights and optimiser: no recovery but --resume
-            raise PipelineError(f"the trainer actor died during step {step} ({cause(exc)}); resume from the latest "
-                                "complete checkpoint with --resume") from exc  # fmt: skip
+            raise PipelineError(
+                f"the trainer actor died during step {step} ({cause(exc)}); resume from the latest "
+                "complete checkpoint with --resume"
+            ) from exc
         t1 = time.perf_counter()
         push = step % cfg.pipeline.sync_every == 0 or step == cfg.run.steps
         validate = self.due(step, cfg.validation.every_steps)
@@ -193,8 +227,10 @@ class Pipeline:
         try:
             await asyncio.wait_for(self.trainer.get_version.remote(), self.cfg.ray.call_timeout_s)
         except RayActorError as dead:
-            raise PipelineError(f"the trainer actor died during step {step} ({cause(dead)}); resume from the latest "
-                                "complete checkpoint with --resume") from exc  # fmt: skip
+            raise PipelineError(
+                f"the trainer actor died during step {step} ({cause(dead)}); resume from the latest "
+                "complete checkpoint with --resume"
+            ) from exc
 
     def due(self, step: int, every: int) -> bool:
         return (every > 0 and step % every == 0) or step == self.cfg.run.steps
@@ -301,8 +337,9 @@ async def _run(setup: RunSetup, resume: bool) -> RunSummary:
                 metrics, call = await pipe.step(call)
                 pipe.rows.add_training(step, metrics)
                 bar.update(step, metrics | await pipe.collect_validations())
-                progress = PipelineProgress(step, step, cfg.run.seed, pipe.base_val_acc,
-                                            elapsed0 + time.perf_counter() - t0)  # fmt: skip
+                progress = PipelineProgress(
+                    step, step, cfg.run.seed, pipe.base_val_acc, elapsed0 + time.perf_counter() - t0
+                )
                 if pipe.staged is not None:
                     await pipe.commit_checkpoint(progress)
             await pipe.collect_validations(wait_up_to=cfg.run.steps)
@@ -314,8 +351,9 @@ async def _run(setup: RunSetup, resume: bool) -> RunSummary:
         session.close()
     if cfg.run.plots:
         write_plots(setup.run)
-    return summarize(setup.run, seed=cfg.run.seed, wall_s=elapsed0 + time.perf_counter() - t0,
-                     base_val_acc=pipe.base_val_acc)  # fmt: skip
+    return summarize(
+        setup.run, seed=cfg.run.seed, wall_s=elapsed0 + time.perf_counter() - t0, base_val_acc=pipe.base_val_acc
+    )
 
 
 def train(cfg: AsyncConfig, *, resume: bool = False) -> RunSummary:

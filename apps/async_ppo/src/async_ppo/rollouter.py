@@ -127,12 +127,22 @@ class Rollouter(NodeAware):
         step, position = ticket.slot(self.spec.group.prompts_per_step)
         requests = group_requests(self.task.splits.train, self.spec.group, step, position)
         trajectories = await generate_all(
-            self._engine().engine, self.tokenizer, requests, tool=self.task.tool,
-            partial_rollout=self.spec.partial_rollout, max_resumes=self.spec.rollout.max_resumes,
-        )  # fmt: skip
+            self._engine().engine,
+            self.tokenizer,
+            requests,
+            tool=self.task.tool,
+            partial_rollout=self.spec.partial_rollout,
+            max_resumes=self.spec.rollout.max_resumes,
+        )
         # off the event loop: a slow or hung reward (bounded by rollout.reward_timeout_s) never stalls other groups
-        scored = await asyncio.to_thread(score_all, self.tokenizer, self.task.reward_fn, requests, trajectories,
-                                         timeout_s=self.spec.rollout.reward_timeout_s)  # fmt: skip
+        scored = await asyncio.to_thread(
+            score_all,
+            self.tokenizer,
+            self.task.reward_fn,
+            requests,
+            trajectories,
+            timeout_s=self.spec.rollout.reward_timeout_s,
+        )
         if self.teachers:
             scored = await self._distill(ticket.index, scored)
         group = FinishedGroup(ticket.index, tuple(scored), self.spec.owner_id, time.perf_counter() - t0)
@@ -153,8 +163,9 @@ class Rollouter(NodeAware):
         source = ok[0].request.example.data_source  # one prompt per group: one data source
         replicas = self.teachers[source if source in self.teachers else DEFAULT_TEACHER]
         teacher = replicas[index % len(replicas)]
-        scores = await teacher.score.remote([(list(s.trajectory.prompt_ids), list(s.trajectory.response_ids))
-                                             for s in ok])  # fmt: skip
+        scores = await teacher.score.remote(
+            [(list(s.trajectory.prompt_ids), list(s.trajectory.response_ids)) for s in ok]
+        )
         return attach_teacher(scored, {s.uid: t for s, t in zip(ok, scores, strict=True)})
 
     async def push_weights(self, handle: WeightHandle, mode: PauseMode) -> float:

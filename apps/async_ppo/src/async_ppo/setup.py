@@ -18,11 +18,16 @@ MIB = 1 << 20
 def trainer_spec(s: RunSetup) -> TrainerSpec:
     cfg: AsyncConfig = s.cfg  # type: ignore[assignment]
     return TrainerSpec(
-        cfg=cfg, checkpoint_dir=s.checkpoint_dir, run_dir=str(s.run.root), pad_token_id=s.tokenizer.pad_id,
-        max_new_tokens=s.max_new_tokens, keep_versions=cfg.pipeline.max_staleness + 1,
-        bucket_bytes=int(cfg.pipeline.bucket_mb * MIB), max_staleness=cfg.pipeline.max_staleness,
+        cfg=cfg,
+        checkpoint_dir=s.checkpoint_dir,
+        run_dir=str(s.run.root),
+        pad_token_id=s.tokenizer.pad_id,
+        max_new_tokens=s.max_new_tokens,
+        keep_versions=cfg.pipeline.max_staleness + 1,
+        bucket_bytes=int(cfg.pipeline.bucket_mb * MIB),
+        max_staleness=cfg.pipeline.max_staleness,
         stale_is_cap=cfg.pipeline.stale_is_cap if cfg.pipeline.staleness_policy == "correct" else None,
-    )  # fmt: skip
+    )
 
 
 def rollouter_specs(s: RunSetup) -> list[RollouterSpec]:
@@ -32,15 +37,29 @@ def rollouter_specs(s: RunSetup) -> list[RollouterSpec]:
     out = []
     for rid in range(cfg.ray.num_rollouters):
         work_dir = str(s.run.root / "engine" / f"rollouter-{rid}")
-        site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed + rid, work_dir, index=rid,
-                          true_on_policy=cfg.numerics.true_on_policy,
-                          cpu_threads=cfg.ray.rollouter_threads)  # fmt: skip
-        out.append(RollouterSpec(
-            rollouter_id=rid, owner_id=rid, site=site, rollout=r, group=group, task=cfg.task,
-            max_inflight_prompts=(1 + cfg.pipeline.max_staleness) * r.prompts_per_step,
-            partial_rollout=cfg.pipeline.partial_rollout, torch_threads=cfg.ray.rollouter_threads,
-            crash_after_groups=cfg.faults.rollouter_crash_after_groups if rid == 0 else 0,
-            push_error_at_version=cfg.faults.push_error_at_version if rid == 0 else 0,
-            niceness=cfg.ray.helper_niceness,
-        ))  # fmt: skip
+        site = EngineSite(
+            s.checkpoint_dir,
+            s.max_len,
+            cfg.run.seed + rid,
+            work_dir,
+            index=rid,
+            true_on_policy=cfg.numerics.true_on_policy,
+            cpu_threads=cfg.ray.rollouter_threads,
+        )
+        out.append(
+            RollouterSpec(
+                rollouter_id=rid,
+                owner_id=rid,
+                site=site,
+                rollout=r,
+                group=group,
+                task=cfg.task,
+                max_inflight_prompts=(1 + cfg.pipeline.max_staleness) * r.prompts_per_step,
+                partial_rollout=cfg.pipeline.partial_rollout,
+                torch_threads=cfg.ray.rollouter_threads,
+                crash_after_groups=cfg.faults.rollouter_crash_after_groups if rid == 0 else 0,
+                push_error_at_version=cfg.faults.push_error_at_version if rid == 0 else 0,
+                niceness=cfg.ray.helper_niceness,
+            )
+        )
     return out

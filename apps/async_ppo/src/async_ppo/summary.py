@@ -67,15 +67,20 @@ def summarize(run: RunDir, *, seed: int, wall_s: float, base_val_acc: float | No
     val = [r for r in rows if isinstance(r.get("val/greedy_acc"), int | float)]
     final = max(val, key=lambda r: int(r["step"])) if val else None  # type: ignore[arg-type]
     return RunSummary(
-        run_dir=run.root, steps=max((int(r["step"]) for r in rows), default=0), seed=seed, wall_s=wall_s,  # type: ignore[arg-type]
-        base_val_acc=base_val_acc, final_val_acc=float(final["val/greedy_acc"]) if final else None,  # type: ignore[arg-type]
-        samples_per_s=_mean_of(rows, "perf/samples_per_s"), staleness_mean=_mean_of(rows, "staleness/sample_mean"),
+        run_dir=run.root,
+        steps=max((int(r["step"]) for r in rows), default=0),  # type: ignore[arg-type]
+        seed=seed,
+        wall_s=wall_s,
+        base_val_acc=base_val_acc,
+        final_val_acc=float(final["val/greedy_acc"]) if final else None,  # type: ignore[arg-type]
+        samples_per_s=_mean_of(rows, "perf/samples_per_s"),
+        staleness_mean=_mean_of(rows, "staleness/sample_mean"),
         multi_version_frac=_mean_of(rows, "staleness/multi_version_frac"),
         mismatch_replay=_mean_of(rows, "mismatch/sample_replay/abs_diff_mean"),
         mismatch_no_replay=_mean_of(rows, "mismatch/no_replay/abs_diff_mean"),
         behaviour_replay=_mean_of(rows, "mismatch/behaviour_replay/abs_diff_mean"),
         behaviour_no_replay=_mean_of(rows, "mismatch/behaviour_no_replay/abs_diff_mean"),
-    )  # fmt: skip
+    )
 
 
 def trained_staleness(run: RunDir) -> list[int]:
@@ -99,8 +104,14 @@ def write_plots(run: RunDir) -> list[Path]:
     out = [plot_metrics(run.metrics, run.plots / "training.png", PANELS)]
     values = trained_staleness(run)
     if values:
-        out.append(plot_histogram(values, run.plots / "staleness.png", title="staleness of trained responses",
-                                  xlabel="policy version - oldest token's version"))  # fmt: skip
+        out.append(
+            plot_histogram(
+                values,
+                run.plots / "staleness.png",
+                title="staleness of trained responses",
+                xlabel="policy version - oldest token's version",
+            )
+        )
     trained = trained_lengths(run)
     excluded = [n for g in read_excluded(run) for n in g.response_lengths]
     if trained or excluded:

@@ -92,8 +92,16 @@ class TeacherPool:
         self._killed = False
 
     @classmethod
-    def start(cls, cfg: TeacherConfig, roster: TeacherRoster, *, max_len: int, work_dir: str, timeout_s: float,
-              crash_after_calls: int = 0) -> TeacherPool:  # fmt: skip
+    def start(
+        cls,
+        cfg: TeacherConfig,
+        roster: TeacherRoster,
+        *,
+        max_len: int,
+        work_dir: str,
+        timeout_s: float,
+        crash_after_calls: int = 0,
+    ) -> TeacherPool:
         """Reserves `replicas` bundles of `cpus` CPUs per teacher, then starts one replica in each; raises
         RuntimeError naming what is missing when the cluster cannot hold the pool within `timeout_s`.
         `crash_after_calls` applies to the default teacher's replica 0."""
@@ -115,11 +123,18 @@ class TeacherPool:
             for i in range(cfg.replicas):
                 bundle = t * cfg.replicas + i
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
-                options = {"num_cpus": cfg.cpus, "scheduling_strategy": strategy, "max_restarts": cfg.max_restarts,
-                           "max_task_retries": -1}  # fmt: skip
+                options = {
+                    "num_cpus": cfg.cpus,
+                    "scheduling_strategy": strategy,
+                    "max_restarts": cfg.max_restarts,
+                    "max_task_retries": -1,
+                }
                 site = teacher_site(cfg, teacher, max_len, f"{work_dir}/{roster.label(key)}/replica-{i}", i)
-                by_key.setdefault(key, []).append(ray.remote(TeacherActor).options(**options).remote(
-                    cfg, site, cfg.torch_threads, crash_after_calls if bundle == 0 else 0))  # fmt: skip
+                by_key.setdefault(key, []).append(
+                    ray.remote(TeacherActor)
+                    .options(**options)
+                    .remote(cfg, site, cfg.torch_threads, crash_after_calls if bundle == 0 else 0)
+                )
         return cls(group, by_key)
 
     def replicas(self) -> dict[str, tuple[Any, ...]]:
@@ -133,11 +148,12 @@ class TeacherPool:
         stats = [s for ss in by_key.values() for s in ss]
         busy, tokens = sum(s.busy_s for s in stats), sum(s.tokens for s in stats)
         return {
-            "teacher/busy_s": busy, "teacher/tokens_per_s": tokens / busy if busy > 0 else 0.0,
+            "teacher/busy_s": busy,
+            "teacher/tokens_per_s": tokens / busy if busy > 0 else 0.0,
             "teacher/calls": float(sum(s.calls for s in stats)),
             **{f"teacher/calls/{TeacherRoster.label(k)}": float(sum(s.calls for s in ss)) for k, ss in by_key.items()},
             "fault/teacher_restarts": float(sum(s.restarted for s in stats)),
-        }  # fmt: skip
+        }
 
     async def close(self) -> None:
         """Stops every replica's engine (a vLLM server with it), then the actors and their placement group."""

@@ -56,13 +56,19 @@ class TrainerActor(NodeAware):
         torch.set_num_threads(cfg.run.torch_threads)
         self.spec = spec
         run = self.run = RunDir(Path(spec.run_dir))
-        self.trainer = PolicyTrainer.build(cfg, spec.checkpoint_dir, pad_token_id=spec.pad_token_id,
-                                           max_new_tokens=spec.max_new_tokens, run=run)  # fmt: skip
+        self.trainer = PolicyTrainer.build(
+            cfg, spec.checkpoint_dir, pad_token_id=spec.pad_token_id, max_new_tokens=spec.max_new_tokens, run=run
+        )
         if resume_from is not None:
             self.trainer.steps.load_state_dict(BackendState.load(resume_from))
         model = self.trainer.steps.policy_model()
-        self.probe = BehaviourProbe(model, keep=spec.keep_versions, sample_seqs=cfg.train.mismatch_sample_seqs,
-                                    temperature=cfg.rollout.temperature, seed=cfg.run.seed)  # fmt: skip
+        self.probe = BehaviourProbe(
+            model,
+            keep=spec.keep_versions,
+            sample_seqs=cfg.train.mismatch_sample_seqs,
+            temperature=cfg.rollout.temperature,
+            seed=cfg.run.seed,
+        )
         self.probe.record(model, self.trainer.version)
         self._probe_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="behaviour-probe")
         self.sync = RayWeightSync(spec.bucket_bytes)

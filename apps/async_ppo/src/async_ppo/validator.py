@@ -29,9 +29,20 @@ VALIDATOR_SLOTS = 256
 
 
 class Validator(NodeAware):
-    def __init__(self, checkpoint_dir: str, task: TaskConfig, cfg: ValidationConfig, run_dir: str, *, max_len: int,
-                 max_new_tokens: int, seed: int, reward_timeout_s: float, torch_threads: int = 1,
-                 niceness: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        task: TaskConfig,
+        cfg: ValidationConfig,
+        run_dir: str,
+        *,
+        max_len: int,
+        max_new_tokens: int,
+        seed: int,
+        reward_timeout_s: float,
+        torch_threads: int = 1,
+        niceness: int = 0,
+    ) -> None:
         torch.set_num_threads(torch_threads)
         os.nice(niceness)
         self.cfg, self.seed, self.max_new_tokens, self.run = cfg, seed, max_new_tokens, RunDir(Path(run_dir))
@@ -63,9 +74,17 @@ class Validator(NodeAware):
             state = await self.sync.fetch_async(weights)
             await self.engine.update_weights(state, weights.version)
         result = await validate(
-            self.engine, self.tokenizer, self.task.reward_fn, self.examples, self.cfg, step=step, seed=self.seed,
-            max_new_tokens=self.max_new_tokens, tool=self.task.tool, reward_timeout_s=self.reward_timeout_s,
-        )  # fmt: skip
+            self.engine,
+            self.tokenizer,
+            self.task.reward_fn,
+            self.examples,
+            self.cfg,
+            step=step,
+            seed=self.seed,
+            max_new_tokens=self.max_new_tokens,
+            tool=self.task.tool,
+            reward_timeout_s=self.reward_timeout_s,
+        )
         write_step_dump(self.run.validation(step), DumpKind.VAL, step, result.records)
         return result.metrics
 

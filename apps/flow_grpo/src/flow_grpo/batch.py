@@ -35,16 +35,33 @@ class RolloutBatch:
 
     def rollout(self) -> FlowRollout:
         window = tuple(range(self.window_start, self.window_start + self.log_probs.shape[1]))
-        return FlowRollout(_tensor(self.labels), _tensor(self.sigmas), window, _tensor(self.latents),
-                           _tensor(self.log_probs), _tensor(self.images))  # fmt: skip
+        return FlowRollout(
+            _tensor(self.labels),
+            _tensor(self.sigmas),
+            window,
+            _tensor(self.latents),
+            _tensor(self.log_probs),
+            _tensor(self.images),
+        )
 
     @classmethod
-    def of(cls, step: int, version: int, rollout: FlowRollout, groups: np.ndarray, rewards: torch.Tensor,
-           sample_s: float) -> RolloutBatch:  # fmt: skip
+    def of(
+        cls, step: int, version: int, rollout: FlowRollout, groups: np.ndarray, rewards: torch.Tensor, sample_s: float
+    ) -> RolloutBatch:
         start = rollout.window[0] if rollout.window else 0
-        return cls(step, version, start, rollout.labels.numpy(), groups, rollout.sigmas.numpy(),
-                   rollout.latents.numpy(), rollout.log_probs.numpy(), rollout.images.numpy(),
-                   rewards.float().numpy(), sample_s)  # fmt: skip
+        return cls(
+            step,
+            version,
+            start,
+            rollout.labels.numpy(),
+            groups,
+            rollout.sigmas.numpy(),
+            rollout.latents.numpy(),
+            rollout.log_probs.numpy(),
+            rollout.images.numpy(),
+            rewards.float().numpy(),
+            sample_s,
+        )
 
     def save(self, path: Path) -> None:
         np.savez(path, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})

@@ -34,8 +34,9 @@ class FlowProgress:
     elapsed_s: float
 
 
-def save_checkpoint(run: RunDir, state: BackendState, progress: FlowProgress, pending: list[RolloutBatch], *,
-                    keep: int) -> Path:  # fmt: skip
+def save_checkpoint(
+    run: RunDir, state: BackendState, progress: FlowProgress, pending: list[RolloutBatch], *, keep: int
+) -> Path:
     tmp = run.staging(progress.step)
     shutil.rmtree(tmp, ignore_errors=True)
     state.save(tmp)

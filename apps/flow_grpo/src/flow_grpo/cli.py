@@ -27,8 +27,13 @@ DATA_SHAPING = ("run.seed", "model.", "warmup.", "reward.", "rollout.", "sampler
 
 
 def parse(argv: list[str] | None = None) -> tuple[FlowConfig, bool]:
-    parser = app_parser("flow_grpo", DESCRIPTION, FlowConfig, DEFAULT_RUNS_ROOT,
-                        data_settings="seed, model, warm-up, reward, rollout, sampler, max_staleness")  # fmt: skip
+    parser = app_parser(
+        "flow_grpo",
+        DESCRIPTION,
+        FlowConfig,
+        DEFAULT_RUNS_ROOT,
+        data_settings="seed, model, warm-up, reward, rollout, sampler, max_staleness",
+    )
     return resolve_run(FlowConfig, parser.parse_args(argv), DEFAULT_RUNS_ROOT, DATA_SHAPING)
 
 

@@ -3,8 +3,8 @@
 the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`), the optimiser
 (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
 
-Defaults are the measured CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels
-randomised (the base draws the requested class with ~50% classifier probability), 16 classes x 8 samples per step,
+Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
+the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
 10 sampling steps with an SDE window of 2 steps in the first 5 (noise level 0.7), GRPO with a global std, AdamW at
 1e-4, 150 steps.
 """
@@ -30,7 +30,7 @@ def _help(text: str, default: object) -> object:
 class FlowRunConfig(RunConfig):
     steps: int = _help("training steps (prompts_per_step x samples_per_prompt images each)", 150)
     checkpoint_every: int = _help(
-        "save a checkpoint every k steps (0: only at the end); one takes ~0.3 s, six steps' worth here", 50
+        "save a checkpoint every k steps (0: only at the end); each costs several training steps' time", 50
     )
     warmup_cache: str = _help("directory of the cached base model and reward classifier", ".cache/flow")
     torch_threads: int = _help("torch intra-op threads of the trainer", 1)
@@ -64,8 +64,10 @@ class FlowRolloutConfig:
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
-            raise ValueError(f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
-                             f"{self.prompts_per_step}, {self.samples_per_prompt}")  # fmt: skip
+            raise ValueError(
+                f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
+                f"{self.prompts_per_step}, {self.samples_per_prompt}"
+            )
 
 
 @dataclass
@@ -89,8 +91,15 @@ class SamplerSection:
     def build(self) -> SamplerConfig:
         from flow_models.sampler_config import Reduction, SdeKind
 
-        return SamplerConfig(self.num_steps, self.shift, self.noise_level, SdeKind(self.sde_kind), self.window_size,
-                             (self.window_lo, self.window_hi), Reduction(self.log_prob_reduction))  # fmt: skip
+        return SamplerConfig(
+            self.num_steps,
+            self.shift,
+            self.noise_level,
+            SdeKind(self.sde_kind),
+            self.window_size,
+            (self.window_lo, self.window_hi),
+            Reduction(self.log_prob_reduction),
+        )
 
 
 @dataclass
@@ -103,12 +112,16 @@ class FlowValidationConfig:
 
     def __post_init__(self) -> None:
         if self.every_steps < 1 or self.samples_per_class < 1 or self.num_steps < 1 or self.grid_per_class < 0:
-            raise ValueError("validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
-                             f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
-                             f"{self.grid_per_class}")  # fmt: skip
+            raise ValueError(
+                "validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
+                f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
+                f"{self.grid_per_class}"
+            )
         if self.grid_per_class > self.samples_per_class:
-            raise ValueError(f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
-                             f"got {self.grid_per_class}")  # fmt: skip
+            raise ValueError(
+                f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
+                f"got {self.grid_per_class}"
+            )
 
 
 @dataclass

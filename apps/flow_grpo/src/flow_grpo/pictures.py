@@ -57,8 +57,9 @@ def save_grid(images: np.ndarray, per_class: int, title: str, path: Path) -> Pat
     return _figure([(title, tile(images, per_class))], path)
 
 
-def save_before_after(before: np.ndarray, after: np.ndarray, per_class: int, titles: tuple[str, str],
-                      path: Path) -> Path:  # fmt: skip
+def save_before_after(
+    before: np.ndarray, after: np.ndarray, per_class: int, titles: tuple[str, str], path: Path
+) -> Path:
     return _figure([(titles[0], tile(before, per_class)), (titles[1], tile(after, per_class))], path)
 
 

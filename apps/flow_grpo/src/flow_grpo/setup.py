@@ -85,12 +85,30 @@ def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
         backend = FlowBackend(base, cfg.optim, sampler, with_reference=cfg.algorithm.beta > 0, total_steps=total)
         reward_spec = RewardSpec(cfg.reward, clf_cfg.hidden, {k: v.numpy() for k, v in classifier.state_dict().items()})
         threads = cfg.ray.rollouter_threads if cfg.pipeline.ray else cfg.run.torch_threads
-        spec = RollouterSpec(model_cfg, {k: v.numpy() for k, v in base.state_dict().items()}, sampler,
-                             cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, reward_spec, cfg.run.seed,
-                             threads)  # fmt: skip
+        spec = RollouterSpec(
+            model_cfg,
+            {k: v.numpy() for k, v in base.state_dict().items()},
+            sampler,
+            cfg.rollout.prompts_per_step,
+            cfg.rollout.samples_per_prompt,
+            reward_spec,
+            cfg.run.seed,
+            threads,
+        )
         rollouts, session = _rollouts(cfg, spec)
     except BaseException:
         lock.release()
         raise
-    return FlowSetup(cfg, run, lock, MetricsLog(run.metrics), backend, rollouts, reward_spec.build(), classifier,
-                     clf_acc, model_cfg, session)  # fmt: skip
+    return FlowSetup(
+        cfg,
+        run,
+        lock,
+        MetricsLog(run.metrics),
+        backend,
+        rollouts,
+        reward_spec.build(),
+        classifier,
+        clf_acc,
+        model_cfg,
+        session,
+    )

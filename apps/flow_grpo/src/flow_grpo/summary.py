@@ -31,9 +31,11 @@ class FlowSummary:
             "n/a" if self.final_val_reward is None else f"{100 * (self.final_val_reward - self.base_val_reward):+.1f}"
         )
         acc = "n/a" if self.final_class_acc is None else f"{self.final_class_acc:.3f}"
-        return (f"flow_grpo: {self.steps} steps in {self.wall_s:.0f} s (seed {self.seed}); val reward "
-                f"{self.base_val_reward:.3f} -> {final} ({gain} points); classified as requested {acc}; "
-                f"run dir {self.run_dir}")  # fmt: skip
+        return (
+            f"flow_grpo: {self.steps} steps in {self.wall_s:.0f} s (seed {self.seed}); val reward "
+            f"{self.base_val_reward:.3f} -> {final} ({gain} points); classified as requested {acc}; "
+            f"run dir {self.run_dir}"
+        )
 
 
 def _last(rows: list[dict[str, object]], key: str) -> float | None:
@@ -44,8 +46,9 @@ def _last(rows: list[dict[str, object]], key: str) -> float | None:
 def summarize(run: RunDir, *, seed: int, wall_s: float, base_val_reward: float) -> FlowSummary:
     rows = read_metrics(run.metrics)
     last = max((int(r["step"]) for r in rows), default=0)  # type: ignore[call-overload]
-    return FlowSummary(run.root, last, seed, wall_s, base_val_reward, _last(rows, "val/reward/mean"),
-                       _last(rows, "val/class_acc"))  # fmt: skip
+    return FlowSummary(
+        run.root, last, seed, wall_s, base_val_reward, _last(rows, "val/reward/mean"), _last(rows, "val/class_acc")
+    )
 
 
 def write_plots(run: RunDir, per_class: int) -> None:

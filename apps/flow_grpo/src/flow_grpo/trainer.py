@@ -75,11 +75,21 @@ class FlowGRPO:
         batch, wait = self.take(step)
         lag = (step - 1) - batch.version
         if not 0 <= lag <= self.cfg.pipeline.max_staleness:
-            raise RuntimeError(f"step {step}: batch sampled by weights {batch.version}, expected weights "
-                               f"{step - 1 - self.cfg.pipeline.max_staleness}..{step - 1}")  # fmt: skip
+            raise RuntimeError(
+                f"step {step}: batch sampled by weights {batch.version}, expected weights "
+                f"{step - 1 - self.cfg.pipeline.max_staleness}..{step - 1}"
+            )
         t1 = time.perf_counter()
-        result = flow_train_step(self.s.backend, self.cfg.algorithm, self.cfg.train, batch.rollout(), batch.rewards,
-                                 batch.groups, sampled_by=batch.version, seed=self.cfg.run.seed)  # fmt: skip
+        result = flow_train_step(
+            self.s.backend,
+            self.cfg.algorithm,
+            self.cfg.train,
+            batch.rollout(),
+            batch.rewards,
+            batch.groups,
+            sampled_by=batch.version,
+            seed=self.cfg.run.seed,
+        )
         t2 = time.perf_counter()
         self.push_weights()
         self.submit(step + self.cfg.pipeline.max_staleness + 1)
@@ -87,8 +97,13 @@ class FlowGRPO:
         metrics = result.metrics | _batch_metrics(batch, lag)
         if self.due(step, self.cfg.validation.every_steps):
             metrics |= self.validate(step)
-        metrics |= {"timing/wait_s": wait, "timing/sample_s": batch.sample_s, "timing/train_s": t2 - t1,
-                    "timing/push_s": t3 - t2, "timing/validate_s": time.perf_counter() - t3}  # fmt: skip
+        metrics |= {
+            "timing/wait_s": wait,
+            "timing/sample_s": batch.sample_s,
+            "timing/train_s": t2 - t1,
+            "timing/push_s": t3 - t2,
+            "timing/validate_s": time.perf_counter() - t3,
+        }
         metrics["timing/step_s"] = time.perf_counter() - t0
         metrics["perf/images_per_s"] = len(batch.rewards) / metrics["timing/step_s"]
         return metrics
@@ -98,8 +113,13 @@ class FlowGRPO:
         for step in sorted(self.submitted):
             self.ready[step] = self.s.rollouts.take(step)[0]
         self.submitted.clear()
-        save_checkpoint(self.s.run, self.s.backend.state_dict(), progress, list(self.ready.values()),
-                        keep=self.cfg.run.keep_checkpoints)  # fmt: skip
+        save_checkpoint(
+            self.s.run,
+            self.s.backend.state_dict(),
+            progress,
+            list(self.ready.values()),
+            keep=self.cfg.run.keep_checkpoints,
+        )
 
 
 def _grid_images(result: ValidationResult, per_class: int) -> np.ndarray:
@@ -110,9 +130,14 @@ def _grid_images(result: ValidationResult, per_class: int) -> np.ndarray:
 
 def _batch_metrics(batch: RolloutBatch, lag: int) -> dict[str, float]:
     r = batch.rewards
-    return {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/max": float(r.max()),
-            "rollout/version_lag": float(lag), "rollout/window_start": float(batch.window_start),
-            "rollout/images": float(len(r))}  # fmt: skip
+    return {
+        "reward/mean": float(r.mean()),
+        "reward/std": float(r.std()),
+        "reward/max": float(r.max()),
+        "rollout/version_lag": float(lag),
+        "rollout/window_start": float(batch.window_start),
+        "rollout/images": float(len(r)),
+    }
 
 
 def _start(loop: FlowGRPO, resume: bool) -> FlowProgress:
@@ -153,8 +178,9 @@ def run_loop(cfg: FlowConfig, resume: bool) -> FlowSummary:
                 metrics = loop.step(step)
                 s.log.log(step, metrics)
                 bar.update(step, metrics)
-                progress = FlowProgress(step, cfg.run.seed, progress.base_val_reward,
-                                        elapsed0 + time.perf_counter() - t0)  # fmt: skip
+                progress = FlowProgress(
+                    step, cfg.run.seed, progress.base_val_reward, elapsed0 + time.perf_counter() - t0
+                )
                 if loop.due(step, cfg.run.checkpoint_every):
                     loop.checkpoint(progress)
         finally:

@@ -41,8 +41,15 @@ class ValidationResult:
 
 
 @torch.no_grad()
-def validate(fn: VelocityFn, cfg: FlowValidationConfig, shift: float, reward: RewardFn, classifier: DigitClassifier,
-             step: int, image_shape: tuple[int, ...]) -> ValidationResult:  # fmt: skip
+def validate(
+    fn: VelocityFn,
+    cfg: FlowValidationConfig,
+    shift: float,
+    reward: RewardFn,
+    classifier: DigitClassifier,
+    step: int,
+    image_shape: tuple[int, ...],
+) -> ValidationResult:
     n = cfg.samples_per_class
     labels = torch.arange(NUM_CLASSES).repeat_interleave(n)
     noise = torch.randn((len(labels), *image_shape), generator=torch.Generator().manual_seed(cfg.seed))

@@ -62,14 +62,19 @@ def summarize(run: RunDir, *, seed: int, wall_s: float, base_val_acc: float | No
     rows = read_metrics(run.metrics)
     val_rows = [r for r in rows if isinstance(r.get("val/greedy_acc"), int | float)]
     return RunSummary(
-        run_dir=run.root, steps=max((int(r["step"]) for r in rows), default=0), seed=seed, wall_s=wall_s,
-        base_val_acc=base_val_acc, final_val_acc=float(val_rows[-1]["val/greedy_acc"]) if val_rows else None,
+        run_dir=run.root,
+        steps=max((int(r["step"]) for r in rows), default=0),
+        seed=seed,
+        wall_s=wall_s,
+        base_val_acc=base_val_acc,
+        final_val_acc=float(val_rows[-1]["val/greedy_acc"]) if val_rows else None,
         mismatch_replay=_mean_of(rows, "mismatch/replay/abs_diff_mean"),
         mismatch_sample_replay=_mean_of(rows, "mismatch/sample_replay/abs_diff_mean"),
         mismatch_no_replay=_mean_of(rows, "mismatch/no_replay/abs_diff_mean"),
-        k3_replay=_mean_of(rows, "mismatch/replay/k3"), k3_sample_replay=_mean_of(rows, "mismatch/sample_replay/k3"),
+        k3_replay=_mean_of(rows, "mismatch/replay/k3"),
+        k3_sample_replay=_mean_of(rows, "mismatch/sample_replay/k3"),
         k3_no_replay=_mean_of(rows, "mismatch/no_replay/k3"),
-    )  # fmt: skip
+    )
 
 
 def write_plots(run: RunDir) -> Path:

@@ -66,9 +66,14 @@ class SyncPPO:
         requests = step_requests(s.task.splits.train, spec, step)
         stream = None if self.teacher is None else TeacherStream(self.teacher)
         t0 = time.perf_counter()
-        trajectories = await generate_all(self.engine.engine, s.tokenizer, requests, tool=s.task.tool,
-                                          max_resumes=r.max_resumes,
-                                          after_group=None if stream is None else stream.after_group)  # fmt: skip
+        trajectories = await generate_all(
+            self.engine.engine,
+            s.tokenizer,
+            requests,
+            tool=s.task.tool,
+            max_resumes=r.max_resumes,
+            after_group=None if stream is None else stream.after_group,
+        )
         wall = time.perf_counter() - t0
         tokens = sum(v != NOT_SAMPLED for t in trajectories for v in t.token_versions)
         scored = score_all(s.tokenizer, s.task.reward_fn, requests, trajectories, timeout_s=r.reward_timeout_s)
@@ -86,10 +91,18 @@ class SyncPPO:
 
     async def validate(self, step: int) -> dict[str, float]:
         s = self.s
-        result = await validate(self.engine.engine, s.tokenizer, s.task.reward_fn, s.val_examples(),
-                                self.cfg.validation, step=step, seed=self.cfg.run.seed,
-                                max_new_tokens=s.max_new_tokens, tool=s.task.tool,
-                                reward_timeout_s=self.cfg.rollout.reward_timeout_s)  # fmt: skip
+        result = await validate(
+            self.engine.engine,
+            s.tokenizer,
+            s.task.reward_fn,
+            s.val_examples(),
+            self.cfg.validation,
+            step=step,
+            seed=self.cfg.run.seed,
+            max_new_tokens=s.max_new_tokens,
+            tool=s.task.tool,
+            reward_timeout_s=self.cfg.rollout.reward_timeout_s,
+        )
         write_step_dump(s.run.validation(step), DumpKind.VAL, step, result.records)
         return result.metrics
 
@@ -117,8 +130,12 @@ class SyncPPO:
         t3 = time.perf_counter()
         if self.due(step, self.cfg.validation.every_steps):
             metrics |= await self.validate(step)
-        metrics |= {"timing/train_s": t2 - t1, "timing/push_s": t3 - t2, "timing/validate_s": time.perf_counter() - t3,
-                    "engine/weight_version": float(self.engine.engine.weight_version)}  # fmt: skip
+        metrics |= {
+            "timing/train_s": t2 - t1,
+            "timing/push_s": t3 - t2,
+            "timing/validate_s": time.perf_counter() - t3,
+            "engine/weight_version": float(self.engine.engine.weight_version),
+        }
         metrics["timing/step_s"] = time.perf_counter() - t0
         metrics["perf/step_tokens_per_s"] = metrics["rollout/generated_tokens"] / metrics["timing/step_s"]
         return metrics
@@ -130,14 +147,20 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
     teacher: TeacherSet | None = None
     teacher_acc = None
     try:
-        site = EngineSite(s.checkpoint_dir, s.max_len, cfg.run.seed, str(s.run.root / "engine"),
-                          true_on_policy=cfg.numerics.true_on_policy)  # fmt: skip
+        site = EngineSite(
+            s.checkpoint_dir,
+            s.max_len,
+            cfg.run.seed,
+            str(s.run.root / "engine"),
+            true_on_policy=cfg.numerics.true_on_policy,
+        )
         engine = await cfg.rollout.engine.build(site)
         if cfg.algorithm.kind == "opd":
             teacher = await build_teachers(cfg.teacher, s)
             teacher_acc = teacher.roster.default.val_accuracy
-        trainer = PolicyTrainer.build(cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id,
-                                      max_new_tokens=s.max_new_tokens, run=s.run)  # fmt: skip
+        trainer = PolicyTrainer.build(
+            cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id, max_new_tokens=s.max_new_tokens, run=s.run
+        )
     except BaseException:
         for part in (teacher, engine):
             if part is not None:
@@ -187,11 +210,15 @@ async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
                 if board is not None:
                     board.log(step, metrics)
                 bar.update(step, metrics)
-                progress = TrainerProgress(step, loop.engine.engine.weight_version, cfg.run.seed,
-                                           progress.base_val_acc, elapsed0 + time.perf_counter() - t0)  # fmt: skip
+                progress = TrainerProgress(
+                    step,
+                    loop.engine.engine.weight_version,
+                    cfg.run.seed,
+                    progress.base_val_acc,
+                    elapsed0 + time.perf_counter() - t0,
+                )
                 if loop.due(step, cfg.run.checkpoint_every):
-                    save_checkpoint(s.run, loop.trainer.steps.state_dict(), progress,
-                                    keep=cfg.run.keep_checkpoints)  # fmt: skip
+                    save_checkpoint(s.run, loop.trainer.steps.state_dict(), progress, keep=cfg.run.keep_checkpoints)
         finally:
             bar.close()
             if board is not None:

@@ -22,8 +22,9 @@ class ClassifierConfig:
 
     def __post_init__(self) -> None:
         if self.hidden < 1 or self.steps < 0 or self.batch_size < 1 or not self.lr > 0 or self.noise_std < 0:
-            raise ValueError(f"ClassifierConfig: expected positive sizes and lr, steps and noise_std >= 0, got "
-                             f"{asdict(self)}")  # fmt: skip
+            raise ValueError(
+                f"ClassifierConfig: expected positive sizes and lr, steps and noise_std >= 0, got {asdict(self)}"
+            )
 
 
 class DigitClassifier(nn.Module):
@@ -31,8 +32,15 @@ class DigitClassifier(nn.Module):
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.SiLU(), nn.Dropout(0.1),
-                                 nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, NUM_CLASSES))  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64, hidden),
+            nn.SiLU(),
+            nn.Dropout(0.1),
+            nn.Linear(hidden, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, NUM_CLASSES),
+        )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images.float())

@@ -24,8 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-INSTALL_HINT = ("flow_models.diffusers_adapter needs diffusers: it is in the workspace's dev dependency group; "
-                "install it with `uv sync --group dev` (or `pip install 'diffusers>=0.30'`)")  # fmt: skip
+INSTALL_HINT = (
+    "flow_models.diffusers_adapter needs diffusers: it is in the workspace's dev dependency group; "
+    "install it with `uv sync --group dev` (or `pip install 'diffusers>=0.30'`)"
+)
 
 
 def require_diffusers() -> Any:
@@ -37,9 +39,17 @@ def require_diffusers() -> Any:
     return diffusers
 
 
-def tiny_sd3_transformer(seed: int, sample_size: int = 8, in_channels: int = 4, patch_size: int = 2,
-                         num_layers: int = 2, num_attention_heads: int = 2, attention_head_dim: int = 8,
-                         joint_attention_dim: int = 16, pooled_projection_dim: int = 16) -> nn.Module:  # fmt: skip
+def tiny_sd3_transformer(
+    seed: int,
+    sample_size: int = 8,
+    in_channels: int = 4,
+    patch_size: int = 2,
+    num_layers: int = 2,
+    num_attention_heads: int = 2,
+    attention_head_dim: int = 8,
+    joint_attention_dim: int = 16,
+    pooled_projection_dim: int = 16,
+) -> nn.Module:
     """A few-thousand-parameter `SD3Transformer2DModel` (float32, eval mode) built from a local config, no hub.
 
     Weights come from diffusers' default initialisation under `torch.manual_seed(seed)` inside a forked RNG
@@ -48,27 +58,40 @@ def tiny_sd3_transformer(seed: int, sample_size: int = 8, in_channels: int = 4, 
     """
     diffusers = require_diffusers()
     if sample_size < patch_size or sample_size % patch_size:
-        raise ValueError(f"tiny_sd3_transformer: expected sample_size a positive multiple of patch_size "
-                         f"({patch_size}), got {sample_size}")  # fmt: skip
+        raise ValueError(
+            f"tiny_sd3_transformer: expected sample_size a positive multiple of patch_size "
+            f"({patch_size}), got {sample_size}"
+        )
     inner_dim = num_attention_heads * attention_head_dim
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = diffusers.SD3Transformer2DModel(
-            sample_size=sample_size, patch_size=patch_size, in_channels=in_channels, num_layers=num_layers,
-            attention_head_dim=attention_head_dim, num_attention_heads=num_attention_heads,
-            joint_attention_dim=joint_attention_dim, caption_projection_dim=inner_dim,
-            pooled_projection_dim=pooled_projection_dim, out_channels=in_channels,
+            sample_size=sample_size,
+            patch_size=patch_size,
+            in_channels=in_channels,
+            num_layers=num_layers,
+            attention_head_dim=attention_head_dim,
+            num_attention_heads=num_attention_heads,
+            joint_attention_dim=joint_attention_dim,
+            caption_projection_dim=inner_dim,
+            pooled_projection_dim=pooled_projection_dim,
+            out_channels=in_channels,
             pos_embed_max_size=sample_size // patch_size,
-        )  # fmt: skip
+        )
     return model.eval()
 
 
-def random_prompt_embeddings(num_classes: int, seq_len: int, joint_attention_dim: int, pooled_projection_dim: int,
-                             seed: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def random_prompt_embeddings(
+    num_classes: int, seq_len: int, joint_attention_dim: int, pooled_projection_dim: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic stand-in prompt embeddings: standard normal float32 `[num_classes, seq_len, joint_dim]` and
     `[num_classes, pooled_dim]` from a CPU generator seeded with `seed`."""
-    sizes = {"num_classes": num_classes, "seq_len": seq_len, "joint_attention_dim": joint_attention_dim,
-             "pooled_projection_dim": pooled_projection_dim}  # fmt: skip
+    sizes = {
+        "num_classes": num_classes,
+        "seq_len": seq_len,
+        "joint_attention_dim": joint_attention_dim,
+        "pooled_projection_dim": pooled_projection_dim,
+    }
     for name, value in sizes.items():
         if value < 1:
             raise ValueError(f"random_prompt_embeddings.{name}: expected >= 1, got {value}")
@@ -82,8 +105,10 @@ def _config_int(transformer: nn.Module, name: str) -> int:
     config = getattr(transformer, "config", None)
     value = getattr(config, name, None)
     if value is None:
-        raise TypeError(f"SD3Velocity: expected a diffusers SD3Transformer2DModel (a `config.{name}`), got "
-                        f"{type(transformer).__name__}")  # fmt: skip
+        raise TypeError(
+            f"SD3Velocity: expected a diffusers SD3Transformer2DModel (a `config.{name}`), got "
+            f"{type(transformer).__name__}"
+        )
     return int(value)
 
 
@@ -104,19 +129,28 @@ class SD3Velocity(nn.Module):
     round 1000 * sigma to ~3 significant digits); the transformer embeds it in float32 itself.
     """
 
-    def __init__(self, transformer: nn.Module, encoder_hidden_states: torch.Tensor, pooled_projections: torch.Tensor,
-                 num_train_timesteps: int = 1000) -> None:  # fmt: skip
+    def __init__(
+        self,
+        transformer: nn.Module,
+        encoder_hidden_states: torch.Tensor,
+        pooled_projections: torch.Tensor,
+        num_train_timesteps: int = 1000,
+    ) -> None:
         require_diffusers()
         super().__init__()
         joint_dim = _config_int(transformer, "joint_attention_dim")
         pooled_dim = _config_int(transformer, "pooled_projection_dim")
         if encoder_hidden_states.ndim != 3 or encoder_hidden_states.shape[-1] != joint_dim:
-            raise ValueError(f"SD3Velocity.encoder_hidden_states: expected [num_classes, seq, {joint_dim}], got "
-                             f"{tuple(encoder_hidden_states.shape)}")  # fmt: skip
+            raise ValueError(
+                f"SD3Velocity.encoder_hidden_states: expected [num_classes, seq, {joint_dim}], got "
+                f"{tuple(encoder_hidden_states.shape)}"
+            )
         num_classes = encoder_hidden_states.shape[0]
         if tuple(pooled_projections.shape) != (num_classes, pooled_dim):
-            raise ValueError(f"SD3Velocity.pooled_projections: expected {(num_classes, pooled_dim)}, got "
-                             f"{tuple(pooled_projections.shape)}")  # fmt: skip
+            raise ValueError(
+                f"SD3Velocity.pooled_projections: expected {(num_classes, pooled_dim)}, got "
+                f"{tuple(pooled_projections.shape)}"
+            )
         if num_train_timesteps < 1:
             raise ValueError(f"SD3Velocity.num_train_timesteps: expected >= 1, got {num_train_timesteps}")
         self.transformer = transformer
@@ -126,11 +160,17 @@ class SD3Velocity(nn.Module):
         self.register_buffer("pooled_projections", pooled_projections.detach().float().clone())
 
     @classmethod
-    def with_random_prompts(cls, transformer: nn.Module, num_classes: int, seq_len: int = 4, seed: int = 0,
-                            num_train_timesteps: int = 1000) -> SD3Velocity:  # fmt: skip
+    def with_random_prompts(
+        cls, transformer: nn.Module, num_classes: int, seq_len: int = 4, seed: int = 0, num_train_timesteps: int = 1000
+    ) -> SD3Velocity:
         """The adapter with `random_prompt_embeddings` sized from the transformer's config."""
-        hidden, pooled = random_prompt_embeddings(num_classes, seq_len, _config_int(transformer, "joint_attention_dim"),
-                                                  _config_int(transformer, "pooled_projection_dim"), seed)  # fmt: skip
+        hidden, pooled = random_prompt_embeddings(
+            num_classes,
+            seq_len,
+            _config_int(transformer, "joint_attention_dim"),
+            _config_int(transformer, "pooled_projection_dim"),
+            seed,
+        )
         return cls(transformer, hidden, pooled, num_train_timesteps)
 
     @property
@@ -141,12 +181,14 @@ class SD3Velocity(nn.Module):
         """`labels` `[b]` -> (`encoder_hidden_states` `[b, seq, joint_dim]`, `pooled_projections` `[b, pooled_dim]`),
         float32 on the buffers' device."""
         if labels.ndim != 1 or labels.is_floating_point():
-            raise ValueError(f"SD3Velocity: expected integer labels of shape [b], got {labels.dtype} "
-                             f"{tuple(labels.shape)}")  # fmt: skip
+            raise ValueError(
+                f"SD3Velocity: expected integer labels of shape [b], got {labels.dtype} {tuple(labels.shape)}"
+            )
         index = labels.to(self.encoder_hidden_states.device, torch.long)
         if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < self.num_classes:
-            raise ValueError(f"SD3Velocity: expected labels in [0, {self.num_classes}), got "
-                             f"[{int(index.min())}, {int(index.max())}]")  # fmt: skip
+            raise ValueError(
+                f"SD3Velocity: expected labels in [0, {self.num_classes}), got [{int(index.min())}, {int(index.max())}]"
+            )
         return self.encoder_hidden_states[index], self.pooled_projections[index]
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -154,12 +196,18 @@ class SD3Velocity(nn.Module):
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"SD3Velocity: expected x of shape [b, {self.in_channels}, h, w], got {tuple(x.shape)}")
         if sigma.shape != (b,) or labels.shape != (b,):
-            raise ValueError(f"SD3Velocity: expected sigma and labels of shape ({b},), got {tuple(sigma.shape)} "
-                             f"and {tuple(labels.shape)}")  # fmt: skip
+            raise ValueError(
+                f"SD3Velocity: expected sigma and labels of shape ({b},), got {tuple(sigma.shape)} "
+                f"and {tuple(labels.shape)}"
+            )
         hidden, pooled = self.conditioning(labels)
         dtype = _model_dtype(self.transformer)
         timestep = sigma.to(x.device, torch.float32) * self.num_train_timesteps
-        out = self.transformer(hidden_states=x.to(dtype), timestep=timestep,
-                               encoder_hidden_states=hidden.to(x.device, dtype),
-                               pooled_projections=pooled.to(x.device, dtype), return_dict=False)[0]  # fmt: skip
+        out = self.transformer(
+            hidden_states=x.to(dtype),
+            timestep=timestep,
+            encoder_hidden_states=hidden.to(x.device, dtype),
+            pooled_projections=pooled.to(x.device, dtype),
+            return_dict=False,
+        )[0]
         return out.float()

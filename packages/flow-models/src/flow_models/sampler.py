@@ -40,25 +40,41 @@ class FlowRollout:
 
     def select(self, rows: torch.Tensor | list[int]) -> FlowRollout:
         index = torch.as_tensor(rows, dtype=torch.long)
-        return FlowRollout(self.labels[index], self.sigmas, self.window, self.latents[index], self.log_probs[index],
-                           self.images[index])  # fmt: skip
+        return FlowRollout(
+            self.labels[index], self.sigmas, self.window, self.latents[index], self.log_probs[index], self.images[index]
+        )
 
 
-def _step(fn: VelocityFn, x: torch.Tensor, labels: torch.Tensor, sigmas: torch.Tensor, i: int, noise_level: float,
-          kind: SdeKind) -> StepGaussian:  # fmt: skip
+def _step(
+    fn: VelocityFn,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    sigmas: torch.Tensor,
+    i: int,
+    noise_level: float,
+    kind: SdeKind,
+) -> StepGaussian:
     sigma = sigmas[i].expand(x.shape[0]).to(x.device)
     v = fn(x, sigma, labels)
     return step_gaussian(x, v, sigmas[i], sigmas[i + 1], noise_level, kind, sigma_max=sigmas[1])
 
 
 @torch.no_grad()
-def sample(fn: VelocityFn, labels: torch.Tensor, initial_noise: torch.Tensor, cfg: SamplerConfig,
-           generator: torch.Generator | None, window_start: int = 0) -> FlowRollout:  # fmt: skip
+def sample(
+    fn: VelocityFn,
+    labels: torch.Tensor,
+    initial_noise: torch.Tensor,
+    cfg: SamplerConfig,
+    generator: torch.Generator | None,
+    window_start: int = 0,
+) -> FlowRollout:
     """Runs the chain from `initial_noise` (`[b, ...]`, sigma = 1); the window's noise comes from `generator`."""
     lo, hi = cfg.window_range
     if cfg.window_size and not lo <= window_start <= hi - cfg.window_size:
-        raise ValueError(f"sample.window_start: expected {lo} <= window_start <= {hi - cfg.window_size} (window_range "
-                         f"{cfg.window_range}, window_size {cfg.window_size}), got {window_start}")  # fmt: skip
+        raise ValueError(
+            f"sample.window_start: expected {lo} <= window_start <= {hi - cfg.window_size} (window_range "
+            f"{cfg.window_range}, window_size {cfg.window_size}), got {window_start}"
+        )
     sigmas = cfg.schedule.sigmas()
     window = tuple(range(window_start, window_start + cfg.window_size))
     x = initial_noise.float()

@@ -52,8 +52,10 @@ class SamplerConfig:
         if self.window_size and not self.noise_level > 0:
             raise ValueError(f"sampler.noise_level: expected > 0 with an SDE window, got {self.noise_level}")
         if self.kind is SdeKind.CPS and self.window_size and hi >= self.num_steps:
-            raise ValueError("sampler.window_range: a CPS window may not include the last step (its std is 0 "
-                             f"there); expected hi <= {self.num_steps - 1}, got {hi}")  # fmt: skip
+            raise ValueError(
+                "sampler.window_range: a CPS window may not include the last step (its std is 0 "
+                f"there); expected hi <= {self.num_steps - 1}, got {hi}"
+            )
 
     @property
     def schedule(self) -> FlowSchedule:

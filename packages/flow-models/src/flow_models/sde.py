@@ -44,8 +44,10 @@ class StepGaussian:
     def log_prob(self, x_next: torch.Tensor, reduction: Reduction) -> torch.Tensor:
         """`[b]` float32; `x_next` is treated as data (detached)."""
         if not float(self.std) > 0:
-            raise ValueError(f"log_prob: the step is deterministic (std {float(self.std)}: noise_level 0, or CPS at "
-                             "sigma_next 0), it has no density; expected std > 0")  # fmt: skip
+            raise ValueError(
+                f"log_prob: the step is deterministic (std {float(self.std)}: noise_level 0, or CPS at "
+                "sigma_next 0), it has no density; expected std > 0"
+            )
         diff = x_next.detach().float() - self.mean
         if self.kind is SdeKind.CPS:
             per_element = -(diff**2)
@@ -59,8 +61,15 @@ def _f32(value: float | torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=torch.float32)
 
 
-def step_gaussian(x: torch.Tensor, v: torch.Tensor, sigma: float | torch.Tensor, sigma_next: float | torch.Tensor,
-                  noise_level: float, kind: SdeKind, sigma_max: float | torch.Tensor) -> StepGaussian:  # fmt: skip
+def step_gaussian(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    sigma: float | torch.Tensor,
+    sigma_next: float | torch.Tensor,
+    noise_level: float,
+    kind: SdeKind,
+    sigma_max: float | torch.Tensor,
+) -> StepGaussian:
     """The step from `sigma` to `sigma_next`; `sigma_max`: the schedule's largest sigma below 1 (`sigmas[1]`)."""
     s, s_next, s_max = _f32(sigma).to(x.device), _f32(sigma_next).to(x.device), _f32(sigma_max).to(x.device)
     if not float(s) > float(s_next):

@@ -67,8 +67,9 @@ class VelocityMLP(nn.Module):
         super().__init__()
         self.config = config
         self.embed_in = nn.Linear(config.pixels, config.hidden)
-        self.time = nn.Sequential(nn.Linear(config.time_dim, config.hidden), nn.SiLU(),
-                                  nn.Linear(config.hidden, config.hidden))  # fmt: skip
+        self.time = nn.Sequential(
+            nn.Linear(config.time_dim, config.hidden), nn.SiLU(), nn.Linear(config.hidden, config.hidden)
+        )
         self.label = nn.Embedding(config.num_classes, config.hidden)
         self.blocks = nn.ModuleList(ModulatedBlock(config.hidden) for _ in range(config.depth))
         self.norm_out = nn.LayerNorm(config.hidden)
@@ -79,8 +80,10 @@ class VelocityMLP(nn.Module):
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
         if sigma.shape != (b,) or labels.shape != (b,):
-            raise ValueError(f"VelocityMLP: expected sigma and labels of shape ({b},), got {tuple(sigma.shape)} "
-                             f"and {tuple(labels.shape)}")  # fmt: skip
+            raise ValueError(
+                f"VelocityMLP: expected sigma and labels of shape ({b},), got {tuple(sigma.shape)} "
+                f"and {tuple(labels.shape)}"
+            )
         cond = torch.nn.functional.silu(self.time(sigma_embedding(sigma, self.config.time_dim)) + self.label(labels))
         h = self.embed_in(x.reshape(b, -1))  # [b, hidden]
         for block in self.blocks:

@@ -36,8 +36,9 @@ def _keep(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def trace_forward(model: MoEForCausalLM, input_ids: torch.Tensor,
-                  layers: Iterable[int] | None = None) -> list[TracePoint]:  # fmt: skip
+def trace_forward(
+    model: MoEForCausalLM, input_ids: torch.Tensor, layers: Iterable[int] | None = None
+) -> list[TracePoint]:
     """One forward of `input_ids` `[B, T]` (no padding) recorded at the ops above, for `layers` (None: every layer;
     `embed` and `logits` always). The model's dtype and ops are its own: a bf16 model records bf16 results (cast to
     float32 for comparison)."""

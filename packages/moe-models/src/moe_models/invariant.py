@@ -35,8 +35,9 @@ class InvariantState:
     length: int = 0
 
 
-def _attention(attn: Attention, x: torch.Tensor, position: int, inv_freq: torch.Tensor, state: InvariantState,
-               layer: int) -> torch.Tensor:  # fmt: skip
+def _attention(
+    attn: Attention, x: torch.Tensor, position: int, inv_freq: torch.Tensor, state: InvariantState, layer: int
+) -> torch.Tensor:
     """x `[1, hidden]` -> `[1, hidden]`; appends this position's key and value to `state`."""
     cos, sin = rotary_tables(torch.tensor([position]), inv_freq, x.dtype)  # [1, D]
     q, k, v = attn.project(x, cos, sin)  # [1, H, D], [1, KVH, D], [1, KVH, D]
@@ -88,8 +89,9 @@ def invariant_step(model: MoEForCausalLM, token: int, state: InvariantState) -> 
     return logits, torch.stack(routed) if routed else torch.zeros((0, top_k), dtype=torch.int64)
 
 
-def invariant_log_probs(model: MoEForCausalLM, ids: list[int], temperature: float = 1.0,
-                        start: int = 1) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def invariant_log_probs(
+    model: MoEForCausalLM, ids: list[int], temperature: float = 1.0, start: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole sequence position by position: (`[T - start]` log-probs of `ids[start:]`, each under the positions
     before it, with autograd when enabled; routing `[T - 1, L_moe, K]`, row t routed input t)."""
     if not temperature > 0:

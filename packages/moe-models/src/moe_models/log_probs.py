@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 
-def next_token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, at_ids: torch.Tensor | None, *,
-                         temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+def next_token_log_probs(
+    logits: torch.Tensor, input_ids: torch.Tensor, at_ids: torch.Tensor | None, *, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits `[B, T, V]` (any float dtype; computed in float32), input_ids `[B, T]` int64 -> (`[B, T-1]` with
     `out[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]`, and `[B, T-1, K]` log-probs of
     `at_ids` `[B, T-1, K]` int64 at the same rows, or None without `at_ids`)."""
@@ -21,7 +22,8 @@ def next_token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, at_ids: 
     at = None
     if at_ids is not None:
         if tuple(at_ids.shape[:2]) != tuple(picked.shape[:2]):
-            raise ValueError(f"at_ids: expected shape [B, T-1, K] = {tuple(picked.shape[:2])} + [K], got "
-                             f"{tuple(at_ids.shape)}")  # fmt: skip
+            raise ValueError(
+                f"at_ids: expected shape [B, T-1, K] = {tuple(picked.shape[:2])} + [K], got {tuple(at_ids.shape)}"
+            )
         at = shifted.gather(-1, at_ids) - norm
     return picked.squeeze(-1), at

@@ -133,8 +133,9 @@ class MoEForCausalLM(nn.Module):
         log_probs[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]; entries whose target
         is padding are computed all the same (the caller masks them).
         """
-        log_probs, _, routed = self.token_log_probs_at(input_ids, attention_mask, None, temperature=temperature,
-                                                       replay=replay, capture_routing=capture_routing)  # fmt: skip
+        log_probs, _, routed = self.token_log_probs_at(
+            input_ids, attention_mask, None, temperature=temperature, replay=replay, capture_routing=capture_routing
+        )
         return log_probs, routed
 
     def token_log_probs_at(

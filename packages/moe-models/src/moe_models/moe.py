@@ -69,8 +69,8 @@ class Experts(nn.Module):
         Token-expert pairs are sorted by expert and run as one grouped matmul per projection (CPU, no autograd).
         Otherwise (autograd, other devices; torch's CPU grouped_mm has no working backward) `autograd_kernel`
         decides: `padded`, two batched matmuls over a zero-padded [E, max_count, hidden] buffer, or `looped`, a
-        matmul pair per expert on its own rows (Hugging Face's loop; no padding: 1.1-1.3x faster training steps
-        on CPU, more when routing is uneven). All paths agree to float rounding (~1e-7), not bit for bit.
+        matmul pair per expert on its own rows (Hugging Face's loop; no padding, so faster training steps on CPU,
+        the more so the more uneven the routing). All paths agree to float rounding (~1e-7), not bit for bit.
         Contributions are summed per token in ascending expert order, as Hugging Face does.
         """
         top_k = ids.shape[1]
@@ -116,11 +116,11 @@ class Experts(nn.Module):
 
         The rows and weights are taken by `split` / `unbind`, whose backward is one `cat` / `stack`: indexing
         expert by expert would build, in the backward, a zero-filled copy of the whole input and of each weight
-        per expert and sum them (~8% of a long-tail training step's CPU time under the profiler)."""
+        per expert and sum them (a visible share of a long-tail training step's CPU time)."""
         sizes = counts.tolist()
         out = []
-        for rows, gate_up, down in zip(x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0),
-                                       strict=True):  # fmt: skip
+        per_expert = zip(x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0), strict=True)
+        for rows, gate_up, down in per_expert:
             if rows.shape[0]:
                 gate, up = (rows @ gate_up.T).chunk(2, dim=-1)  # [n, I] each
                 out.append((F.silu(gate) * up) @ down.T)  # [n, hidden]

@@ -25,14 +25,13 @@ class EngineConfig:
     device: str = "cpu"
     # Run the decode step through `native_engine.decode.decode_graph` compiled by torch.compile (see
     # `native_engine.decode.CachedModel`): one graph per model shape and cache length per process, compiled at the
-    # first decode step (~5-20 s on 2 cores). Throughput: benchmarks/engine_throughput.py, numbers in
-    # docs/benchmarks.md. Same results as eager to float rounding (~1e-7 in fp32). Off by default: not worth it for
-    # short runs and tests.
+    # first decode step (seconds of inductor work, paid once per process). Throughput: benchmarks/engine_throughput.py,
+    # numbers in docs/benchmarks.md. Same results as eager to float rounding (~1e-7 in fp32). Off by default: the
+    # compile does not pay off in short runs and tests.
     compile_decode: bool = False
     # Threads of the compiled step's C kernels (attention and routed experts; fp32 weights and cache; see
     # `native_engine.decode.attention_kernel`, `.expert_kernel`): the calling thread plus kernel_threads - 1
-    # helpers. Attention is bound by memory latency on one core; a second thread nearly halves it (64 rows x 96
-    # positions, tiny preset: ~285 -> ~155 us per layer).
+    # helpers. Attention is bound by memory latency on one core, so a second thread nearly halves it.
     kernel_threads: int = 2
     # Decode steps one worker-thread call may run (1: back to the event loop after every step). The worker stops
     # early, after the step in progress, on a new call, abort, pause or resume, and once `admission_batch` rows
@@ -42,17 +41,16 @@ class EngineConfig:
     # With calls waiting for a slot, a burst ends (and they are admitted and prefilled together) once this many
     # rows have finished, or as many as wait if fewer. None: max_slots // 8, at least 1. 1 admits at every finish
     # (lowest latency); larger amortises the prefill call and the thread hop over several admissions at the cost
-    # of slots left idle meanwhile (benchmarks/engine_throughput.py (b), 64 slots, 4 waves of calls, compiled:
-    # 1 -> 7.5-7.6k useful tok/s, 8 -> 9.7-10.1k). Results do not depend on it.
+    # of slots left idle meanwhile (benchmarks/engine_throughput.py (b) measures both). Results do not depend on it.
     admission_batch: int | None = None
     eos_token_ids: tuple[int, ...] | None = None  # None: the model config's eos_token_id; () never stops on EOS
     num_threads: int | None = None  # torch intra-op threads, PROCESS-WIDE (set when the engine is built); None: keep
     # Torch intra-op threads of the engine's own step thread (`native_engine.step_thread`: model steps and weight
     # loads), whatever the process's count; None: the process's when the thread starts. 1: the compiled step's C
     # kernels run threads of their own (kernel_threads), and the eager step's ops are too small to gain from a
-    # second OpenMP thread; with the process at 2 (a trainer in the same process), decode ran 3.4x and that
-    # trainer's step 1.8x slower with this thread at 2 than at 1 (step_thread.py). Results do not depend on it
-    # beyond float rounding.
+    # second OpenMP thread: with a trainer in the same process, a second thread here makes both the decode and the
+    # trainer's step slower (they spin against each other; see `native_engine.step_thread`). Results do not depend
+    # on it beyond float rounding.
     step_threads: int | None = 1
     seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
     # A throttled engine: the worker waits this long after each step of a decode burst (a pause, abort or new call

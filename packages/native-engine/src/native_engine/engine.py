@@ -123,9 +123,6 @@ class NativeEngine:
         request = self._scheduler.get(request_id)
         return None if request is None else request.status
 
-    def reset_metrics(self) -> None:
-        self._metrics.reset()
-
     # ------------------------------------------------------------------ generation
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):
@@ -314,8 +311,13 @@ class NativeEngine:
                 plan = self._scheduler.plan()
                 if plan.empty:
                     return
-                step = build_step_input(plan, self.config.decode_burst, self._finishes_to_admit(), self._interrupt,
-                                        self.config.step_delay_ms / 1000)  # fmt: skip
+                step = build_step_input(
+                    plan,
+                    self.config.decode_burst,
+                    self._finishes_to_admit(),
+                    self._interrupt,
+                    self.config.step_delay_ms / 1000,
+                )
                 self._in_step = True
                 try:
                     outputs = await self._step_thread.run(self._runner.execute, step, self._deliverer(plan))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EngineMetrics:
-    """Counters since the engine was built (or since `reset_metrics`).
+    """Counters since the engine was built.
 
     `tokens_per_s` is generated tokens per second of step time (time spent in model steps, the engine's busy
     time), `mean_batch_occupancy` the mean over steps of rows stepped / `max_slots`. `preemptions` counts requests

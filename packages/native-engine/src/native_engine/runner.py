@@ -143,9 +143,10 @@ class ModelRunner:
         )
         self._lock = threading.Lock()
         self.cached: CachedModel | InvariantCachedModel = (
-            InvariantCachedModel(self.model) if config.true_on_policy
+            InvariantCachedModel(self.model)
+            if config.true_on_policy
             else CachedModel(self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads)
-        )  # fmt: skip
+        )
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:
         if routed is None or self.routing_spec is None:

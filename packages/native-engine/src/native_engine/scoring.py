@@ -49,8 +49,9 @@ class TeacherScorer:
         self.temperature, self.top_k, self.batch_tokens = float(temperature), int(top_k), int(batch_tokens)
 
     @classmethod
-    def load(cls, checkpoint_dir: str | Path, *, temperature: float, top_k: int = 0,
-             batch_tokens: int = 4096) -> TeacherScorer:  # fmt: skip
+    def load(
+        cls, checkpoint_dir: str | Path, *, temperature: float, top_k: int = 0, batch_tokens: int = 4096
+    ) -> TeacherScorer:
         return cls(load_pretrained(checkpoint_dir), temperature=temperature, top_k=top_k, batch_tokens=batch_tokens)
 
     @property
@@ -74,8 +75,10 @@ class TeacherScorer:
                 )
             bad = [t for t in (*r.prompt_ids, *r.response_ids) if not 0 <= t < self.vocab_size]
             if bad:
-                raise ValueError(f"TeacherScorer.score: request {i}: token ids {bad[:5]} outside the teacher's "
-                                 f"vocabulary of {self.vocab_size}")  # fmt: skip
+                raise ValueError(
+                    f"TeacherScorer.score: request {i}: token ids {bad[:5]} outside the teacher's "
+                    f"vocabulary of {self.vocab_size}"
+                )
         out: list[TeacherScores | None] = [None] * len(requests)
         for rows in self._batches(requests):
             for i, scores in zip(rows, self._score_batch([requests[i] for i in rows]), strict=True):
@@ -119,7 +122,10 @@ class TeacherScorer:
         top_ids = top.indices if top is not None else torch.zeros((len(targets), 0), dtype=torch.int64)
         top_lp = top.values if top is not None else torch.zeros((len(targets), 0))
         return TeacherScores(
-            sampled=sampled.numpy().astype(np.float32), ids=top_ids.numpy().astype(np.int64),
-            logprobs=top_lp.numpy().astype(np.float32), valid=np.ones(tuple(top_ids.shape), dtype=bool),
-            in_top_k=(top_ids == targets[:, None]).any(dim=-1).numpy(), temperature=self.temperature,
-        )  # fmt: skip
+            sampled=sampled.numpy().astype(np.float32),
+            ids=top_ids.numpy().astype(np.int64),
+            logprobs=top_lp.numpy().astype(np.float32),
+            valid=np.ones(tuple(top_ids.shape), dtype=bool),
+            in_top_k=(top_ids == targets[:, None]).any(dim=-1).numpy(),
+            temperature=self.temperature,
+        )

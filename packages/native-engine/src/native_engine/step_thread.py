@@ -3,9 +3,8 @@
 Under OpenMP (torch's CPU backend) the intra-op thread count belongs to each OS thread: every thread that starts a
 parallel region gets a team of its own, sized by its own count. A thread adopts the process's count
 (`torch.set_num_threads`, last call wins) at its first torch op. So an engine decoding in a worker thread of a
-process that trains at 2 threads ran two teams of 2 on a 2-core machine, and both sides lost. Measured on the tiny
-preset (2 cores; 64 rows x 100 new tokens, eager decode; then a long-tail train step at 2 threads in the same
-process): decode 1.90 s and train step 0.86 s with the step thread at 2; 0.56 s and 0.47 s with it at 1.
+process that trains at 2 threads ran two teams of 2 on a 2-core machine, and both sides lost: the decode and the
+train step each ran slower than with the step thread at 1 (the teams spin while they wait for cores).
 
 Invariants: the step thread's count is `torch_threads` from its start on; the count other threads adopt stays the
 process's (pinning restores it, see `_pin`); calls run one at a time, in submission order.
@@ -44,8 +43,9 @@ class StepThread:
     `StepThread` is garbage (an idle thread holds no reference to it)."""
 
     def __init__(self, torch_threads: int | None) -> None:
-        if torch_threads is not None and (isinstance(torch_threads, bool) or not isinstance(torch_threads, int)
-                                          or torch_threads < 1):  # fmt: skip
+        if torch_threads is not None and (
+            isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1
+        ):
             raise ValueError(f"StepThread: expected None or an int >= 1 torch threads, got {torch_threads!r}")
         self.torch_threads = torch_threads
         self._executor = ThreadPoolExecutor(

@@ -21,21 +21,24 @@ DATA_SETTINGS = "seed, task, warm-up, prompts_per_step, samples_per_prompt, max_
 C = TypeVar("C")
 
 
-def app_parser(prog: str, description: str, config_cls: type, runs_root: Path,
-               data_settings: str = DATA_SETTINGS) -> argparse.ArgumentParser:  # fmt: skip
+def app_parser(
+    prog: str, description: str, config_cls: type, runs_root: Path, data_settings: str = DATA_SETTINGS
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help=f"continue the run in --run.dir (default: the newest under {runs_root}) from its latest complete "
         "checkpoint, with its saved config.toml as the base of the settings",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--allow-changed-data", action="store_true",
+        "--allow-changed-data",
+        action="store_true",
         help=f"with --resume: accept changes of the settings that decide the run's data ({data_settings}); they are "
         "refused otherwise",
-    )  # fmt: skip
+    )
     add_arguments(parser, config_cls)
     return parser
 
@@ -47,8 +50,9 @@ def newest_run(root: Path) -> Path:
     return runs[-1]
 
 
-def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path,
-                shaping_keys: tuple[str, ...] = DATA_SHAPING) -> tuple[C, bool]:  # fmt: skip
+def resolve_run(
+    config_cls: type[C], args: argparse.Namespace, runs_root: Path, shaping_keys: tuple[str, ...] = DATA_SHAPING
+) -> tuple[C, bool]:
     """The resolved config and whether to resume; every setting is checked here, before anything is built.
 
     A new run keeps `run.dir` empty when none is given (the run allocates `<runs_root>/<UTC stamp>` when it starts,
@@ -77,8 +81,13 @@ def resolve_run(config_cls: type[C], args: argparse.Namespace, runs_root: Path,
     cfg = resolve(config_cls, args)
     cfg.run.dir = str(run_dir)  # type: ignore[attr-defined]
     latest = RunDir(run_dir).latest_checkpoint()
-    check_resume(saved, cfg, None if latest is None else int(latest.name),
-                 allow_changed_data=args.allow_changed_data, shaping_keys=shaping_keys)  # fmt: skip
+    check_resume(
+        saved,
+        cfg,
+        None if latest is None else int(latest.name),
+        allow_changed_data=args.allow_changed_data,
+        shaping_keys=shaping_keys,
+    )
     return cfg, True
 
 

@@ -3,11 +3,11 @@ this). Each component owns its section and builds itself from it: the algorithm 
 the training loop (`trainers.train_config`), the optimiser and backend (`trainers.backend.config`), the rollout
 engine (`recipes.engine_config`), the task and warm-up (`rl_tasks`).
 
-Defaults are the measured CPU recipe: digit sorting (lengths 2-12, so response lengths vary) from a 100-step
-supervised warm-up base (~40% greedy accuracy), 32 prompts x 8 samples per step, GRPO with PPO clip in bypass mode
-(old log-probs = the rollout's), AdamW at 1e-4, router replay on. The toy task's addition source is off by default:
-its warm-up leaves it near 2%, where 8 samples per prompt almost never find a reward, so RL cannot lift it within
-minutes; enable it with `--task.addition_weight 0.5`.
+Defaults are the CPU recipe: digit sorting (lengths 2-12, so response lengths vary)
+from a 100-step supervised warm-up base that leaves RL room, 32 prompts x 8 samples per step, GRPO with PPO clip in
+bypass mode (old log-probs = the rollout's), AdamW at 1e-4, router replay on. The toy task's addition source is off
+by default: its warm-up leaves it almost never right, so 8 samples per prompt almost never find a reward and RL
+cannot lift it within minutes; enable it with `--task.addition_weight 0.5`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ class RunConfig:
     seed: int = _help("seeds prompt order, sampling and the trainer", 0)
     checkpoint_every: int = _help("save a checkpoint every k steps (0: only at the end)", 10)
     keep_checkpoints: int = _help("complete checkpoints kept on disk (oldest deleted first)", 2)
-    torch_threads: int = _help("torch intra-op threads of the trainer (a native engine steps at its own count)",
-                               1)  # fmt: skip
+    torch_threads: int = _help("torch intra-op threads of the trainer (a native engine steps at its own count)", 1)
     warmup_cache: str = _help("directory of cached warm-up base checkpoints", ".cache/warmup")
     progress: bool = _help("show the progress bar", True)
     plots: bool = _help("write PNG plots at the end", True)
@@ -122,8 +121,8 @@ class SortTaskConfig(ToyTaskConfig):
 
 @dataclass(frozen=True)
 class AppWarmupConfig(WarmupConfig):
-    """The warm-up with the apps' default length: on digit sorting a base of 44.9% greedy accuracy (seed 0), leaving
-    RL room (the calculator task's base landed at 18-46% depending on the seed, with the float32 warm-up)."""
+    """The warm-up with the apps' default length: on digit sorting a base that leaves RL room (its greedy accuracy:
+    docs/numerics.md); the calculator task's base depends much more on the seed."""
 
     steps: int = _help("supervised optimiser steps (0: the random model)", 100)
 
@@ -152,11 +151,15 @@ class RecipeConfig:
         if self.numerics.true_on_policy:
             self._check_true_on_policy()
         if self.debug.precision_steps and self.backend.kind != "torch":
-            raise ValueError(f"debug.precision_steps: the probe traces our model's forward op by op, so it needs "
-                             f"backend.kind torch, got {self.backend.kind}")  # fmt: skip
+            raise ValueError(
+                f"debug.precision_steps: the probe traces our model's forward op by op, so it needs "
+                f"backend.kind torch, got {self.backend.kind}"
+            )
         if self.debug.precision_steps and self.rollout.engine.kind != "native":
-            raise ValueError(f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
-                             f"rollout.engine.kind native, got {self.rollout.engine.kind}")  # fmt: skip
+            raise ValueError(
+                f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
+                f"rollout.engine.kind native, got {self.rollout.engine.kind}"
+            )
         if self.algorithm.kind == "opd":
             check_temperature(self.teacher, self.rollout.temperature)
             if self.teacher.engine.kind == "vllm" and self.teacher.temperature != 1.0:
@@ -176,11 +179,16 @@ class RecipeConfig:
                 f"(the engine samples with the invariant fp32 forward), got kind, dtype, compile_decode = {got}"
             )
         if self.backend.kind != "torch":
-            raise ValueError("numerics.true_on_policy: the trainer recomputes with our invariant forward, so it needs "
-                             f"backend.kind torch, got {self.backend.kind}")  # fmt: skip
+            raise ValueError(
+                "numerics.true_on_policy: the trainer recomputes with our invariant forward, so it needs "
+                f"backend.kind torch, got {self.backend.kind}"
+            )
         if self.backend.compute_dtype != "float32":
-            raise ValueError(f"numerics.true_on_policy: expected backend.compute_dtype float32, got "
-                             f"{self.backend.compute_dtype}")  # fmt: skip
+            raise ValueError(
+                f"numerics.true_on_policy: expected backend.compute_dtype float32, got {self.backend.compute_dtype}"
+            )
         if self.algorithm.kind == "opd" and self.teacher.top_k > 0:
-            raise ValueError("numerics.true_on_policy: the invariant forward does not score a teacher's top-k ids; "
-                             f"expected teacher.top_k 0 with algorithm.kind opd, got {self.teacher.top_k}")  # fmt: skip
+            raise ValueError(
+                "numerics.true_on_policy: the invariant forward does not score a teacher's top-k ids; "
+                f"expected teacher.top_k 0 with algorithm.kind opd, got {self.teacher.top_k}"
+            )

@@ -29,7 +29,9 @@ class DebugConfig:
         if any(s < 1 for s in self.precision_steps):
             raise ValueError(f"debug.precision_steps: expected steps >= 1, got {list(self.precision_steps)}")
         if self.precision_samples < 1 or any(layer < 0 for layer in self.precision_layers):
-            raise ValueError(f"debug: expected precision_samples >= 1 and layers >= 0, got {self.precision_samples}, "
-                             f"{list(self.precision_layers)}")  # fmt: skip
+            raise ValueError(
+                f"debug: expected precision_samples >= 1 and layers >= 0, got {self.precision_samples}, "
+                f"{list(self.precision_layers)}"
+            )
         if not self.precision_tolerance > 0:
             raise ValueError(f"debug.precision_tolerance: expected > 0, got {self.precision_tolerance}")

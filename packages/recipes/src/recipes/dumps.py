@@ -18,10 +18,18 @@ def dump_record(s: ScoredSample, *, step: int, advantage: float | None = None) -
     ex = s.request.example
     ok = s.status is SampleStatus.OK
     record = DumpRecord.from_trajectory(
-        s.trajectory, step=step, uid=s.request.request_id, data_source=ex.data_source, prompt=ex.prompt,
-        response=s.response_text, ground_truth=ex.ground_truth, reward=s.reward if ok else None,
-        acc=s.acc if ok else None, pred=s.pred if ok else None, advantage=advantage,
-    )  # fmt: skip
+        s.trajectory,
+        step=step,
+        uid=s.request.request_id,
+        data_source=ex.data_source,
+        prompt=ex.prompt,
+        response=s.response_text,
+        ground_truth=ex.ground_truth,
+        reward=s.reward if ok else None,
+        acc=s.acc if ok else None,
+        pred=s.pred if ok else None,
+        advantage=advantage,
+    )
     if s.status is SampleStatus.REWARD_ERROR:
         record.status = TrajectoryStatus.ERROR
     return record

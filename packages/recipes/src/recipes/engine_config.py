@@ -57,7 +57,7 @@ class NativeEngineConfig:
         "float32",
     )
     compile_decode: bool = _help(
-        "torch.compile the decode step: a faster decode after a ~5-20 s compile; pays off with long responses, not "
+        "torch.compile the decode step: a faster decode after a compile of seconds; pays off with long responses, not "
         "on the default task (8-token answers: prefill-bound)",
         False,
     )

@@ -25,8 +25,15 @@ from recipes.weight_sync import WeightHandle, WeightSync
 
 
 class PolicyTrainer:
-    def __init__(self, steps: StepRunner, loop: TrainLoopConfig, *, pad_token_id: int, run: RunDir,
-                 weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        steps: StepRunner,
+        loop: TrainLoopConfig,
+        *,
+        pad_token_id: int,
+        run: RunDir,
+        weight_dtype: torch.dtype | None = None,
+    ) -> None:
         """`steps`: where the backend and the algorithm run; `weight_dtype`: floating weights are published in it
         (the engines' dtype; None: the trainer's own)."""
         self.steps, self.loop = steps, loop
@@ -35,17 +42,31 @@ class PolicyTrainer:
         self.multiple = required_multiple(steps.world_size, loop.mini_batches_per_step)
 
     @classmethod
-    def build(cls, cfg: RecipeConfig, checkpoint_dir: str, *, pad_token_id: int, max_new_tokens: int,
-              run: RunDir) -> PolicyTrainer:  # fmt: skip
+    def build(
+        cls, cfg: RecipeConfig, checkpoint_dir: str, *, pad_token_id: int, max_new_tokens: int, run: RunDir
+    ) -> PolicyTrainer:
         """The policy (and, for a KL term, a frozen reference) from the base checkpoint, the configured backend and
         algorithm, built where the backend config says (this process, or rank processes of their own)."""
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.ppo_epochs  # optimiser steps of the run
-        spec = StepSpec(checkpoint_dir, cfg.algorithm, cfg.train, cfg.optim, max_new_tokens=max_new_tokens,
-                        temperature=cfg.rollout.temperature, seed=cfg.run.seed, total_steps=total,
-                        true_on_policy=cfg.numerics.true_on_policy)  # fmt: skip
+        spec = StepSpec(
+            checkpoint_dir,
+            cfg.algorithm,
+            cfg.train,
+            cfg.optim,
+            max_new_tokens=max_new_tokens,
+            temperature=cfg.rollout.temperature,
+            seed=cfg.run.seed,
+            total_steps=total,
+            true_on_policy=cfg.numerics.true_on_policy,
+        )
         engine_dtype = getattr(cfg.rollout.engine, "dtype", "float32")  # sglang: its servers' own
-        return cls(build_steps(cfg.backend, spec), cfg.train, pad_token_id=pad_token_id, run=run,
-                   weight_dtype=getattr(torch, engine_dtype))  # fmt: skip
+        return cls(
+            build_steps(cfg.backend, spec),
+            cfg.train,
+            pad_token_id=pad_token_id,
+            run=run,
+            weight_dtype=getattr(torch, engine_dtype),
+        )
 
     @property
     def version(self) -> int:

@@ -52,9 +52,13 @@ def compare(sample: int, engine: Sequence[TracePoint], trainer: Sequence[TracePo
     return out
 
 
-def probe(engine_model: MoEForCausalLM, trainer_model: MoEForCausalLM, sequences: Sequence[Sequence[int]],
-          layers: Iterable[int] | None = None,
-          trainer_autocast: AbstractContextManager[object] | None = None) -> list[OpDiff]:  # fmt: skip
+def probe(
+    engine_model: MoEForCausalLM,
+    trainer_model: MoEForCausalLM,
+    sequences: Sequence[Sequence[int]],
+    layers: Iterable[int] | None = None,
+    trainer_autocast: AbstractContextManager[object] | None = None,
+) -> list[OpDiff]:
     """Every sequence (token ids) through both models; `trainer_autocast` wraps the trainer's forward (bf16
     compute)."""
     wanted = list(layers) if layers else None

@@ -54,8 +54,9 @@ def report(run_dir: Path, step: int | None, tolerance: float) -> str:
     folder = run_dir / FOLDER
     files = sorted(folder.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_")))
     if not files:
-        raise SystemExit(f"precision_report: expected probe records under {folder}, got none "
-                         "(run with --debug.precision_steps)")  # fmt: skip
+        raise SystemExit(
+            f"precision_report: expected probe records under {folder}, got none (run with --debug.precision_steps)"
+        )
     path = files[-1] if step is None else folder / f"step_{step}.jsonl"
     if not path.exists():
         raise SystemExit(f"precision_report: expected {path}, got no such file (have {[p.name for p in files]})")
@@ -64,8 +65,11 @@ def report(run_dir: Path, step: int | None, tolerance: float) -> str:
     if first is None:
         where = "no op diverges beyond the tolerance"
     else:
-        what = (f"{first.flip_frac:.2%} of its tokens routed to another expert set" if first.op == "topk" else
-                f"rel {first.rel:.2e}, max |diff| {first.max_abs:.2e}")  # fmt: skip
+        what = (
+            f"{first.flip_frac:.2%} of its tokens routed to another expert set"
+            if first.op == "topk"
+            else f"rel {first.rel:.2e}, max |diff| {first.max_abs:.2e}"
+        )
         where = f"first divergence: layer {first.layer} op {first.op} (sample {first.sample}: {what})"
     return f"{path.name}: {len({d.sample for d in diffs})} samples, tolerance {tolerance:g}\n{where}\n{table(diffs)}"
 

@@ -71,8 +71,10 @@ class RayConfig:
         for name in ("trainer_resource", "rollouter_resource", "validator_resource"):
             value = getattr(self, name)
             if value != value.strip() or any(c.isspace() for c in value) or value in ("CPU", "GPU", "memory"):
-                raise ValueError(f"ray.{name}: expected the name of a custom resource (no spaces, not CPU, GPU or "
-                                 f"memory) or empty, got {value!r}")  # fmt: skip
+                raise ValueError(
+                    f"ray.{name}: expected the name of a custom resource (no spaces, not CPU, GPU or "
+                    f"memory) or empty, got {value!r}"
+                )
         if self.node_startup_timeout_s < 30:
             raise ValueError(
                 f"ray.node_startup_timeout_s: expected >= 30 (Ray waits at least 30 s for its raylet), got "

@@ -167,8 +167,9 @@ class LocalRay:
     stopped: bool = False
 
     @classmethod
-    def start(cls, cfg: RayConfig, *, num_cpus: int | None = None, log_to_driver: bool = True,
-              app: str = "async_ppo") -> LocalRay:  # fmt: skip
+    def start(
+        cls, cfg: RayConfig, *, num_cpus: int | None = None, log_to_driver: bool = True, app: str = "async_ppo"
+    ) -> LocalRay:
         """Starts the node (`address="local"`: never a cluster named by RAY_ADDRESS), in `cfg.temp_dir` or else
         `/tmp/<app>_ray_<pid>`; on any failure its processes and files are gone before the error is raised."""
         if cfg.address:
@@ -255,8 +256,9 @@ class RaySession:
                 num_cpus = max(os.cpu_count() or 1, math.ceil(reserved)) if extra_cpus > 0 else None
                 local = LocalRay.start(cfg, num_cpus=num_cpus, app=app)
         bundles = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus, cfg.trainer_resource)]
-        bundles += [_bundle(cfg.rollouter_cpus, cfg.rollouter_gpus, cfg.rollouter_resource)
-                    for _ in range(cfg.num_rollouters)]  # fmt: skip
+        bundles += [
+            _bundle(cfg.rollouter_cpus, cfg.rollouter_gpus, cfg.rollouter_resource) for _ in range(cfg.num_rollouters)
+        ]
         group = placement_group(bundles, strategy=cfg.placement_strategy)
         try:
             ray.get(group.ready(), timeout=cfg.startup_timeout_s)

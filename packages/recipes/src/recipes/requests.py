@@ -42,7 +42,10 @@ def step_requests(train: Sequence[TaskExample], spec: GroupSpec, step: int) -> l
 def _group(example: TaskExample, spec: GroupSpec, step: int, position: int) -> list[GenRequest]:
     out = []
     for j in range(spec.samples_per_prompt):
-        params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                                seed=sample_seed(spec.seed, step, position, j))  # fmt: skip
+        params = SamplingParams(
+            max_new_tokens=spec.max_new_tokens,
+            temperature=spec.temperature,
+            seed=sample_seed(spec.seed, step, position, j),
+        )
         out.append(GenRequest(f"s{step}-p{position}-r{j}", f"s{step}-p{position}", example, position, j, params))
     return out

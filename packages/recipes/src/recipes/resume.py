@@ -16,9 +16,14 @@ from run_config import to_dict
 RESUMES_FILE = "resumes.jsonl"
 # keys (or key prefixes ending in ".") that decide which data a step trains on
 DATA_SHAPING = (
-    "run.seed", "task.", "warmup.", "rollout.prompts_per_step", "rollout.samples_per_prompt",
-    "rollout.max_new_tokens", "rollout.temperature",
-)  # fmt: skip
+    "run.seed",
+    "task.",
+    "warmup.",
+    "rollout.prompts_per_step",
+    "rollout.samples_per_prompt",
+    "rollout.max_new_tokens",
+    "rollout.temperature",
+)
 
 
 def flat(cfg: Any) -> dict[str, Any]:
@@ -42,14 +47,21 @@ def changes(saved: Any, new: Any) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k != "run.dir"}
 
 
-def data_changes(diff: dict[str, tuple[Any, Any]],
-                 shaping: tuple[str, ...] = DATA_SHAPING) -> dict[str, tuple[Any, Any]]:  # fmt: skip
+def data_changes(
+    diff: dict[str, tuple[Any, Any]], shaping: tuple[str, ...] = DATA_SHAPING
+) -> dict[str, tuple[Any, Any]]:
     """The changes of keys that decide a run's data (`shaping`: keys, or prefixes ending in ".")."""
     return {k: v for k, v in diff.items() if any(k == p or (p.endswith(".") and k.startswith(p)) for p in shaping)}
 
 
-def check_resume(saved: Any, new: Any, done_step: int | None, *, allow_changed_data: bool,
-                 shaping_keys: tuple[str, ...] = DATA_SHAPING) -> None:  # fmt: skip
+def check_resume(
+    saved: Any,
+    new: Any,
+    done_step: int | None,
+    *,
+    allow_changed_data: bool,
+    shaping_keys: tuple[str, ...] = DATA_SHAPING,
+) -> None:
     """Raises ValueError (got/expected) when the resumed config would change the run's data, or asks for no new
     step. `done_step`: the step of the run's latest complete checkpoint (None: no checkpoint); `shaping_keys`: the
     app's data-deciding keys (default: the LLM apps')."""

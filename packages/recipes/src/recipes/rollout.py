@@ -47,18 +47,36 @@ def tool_fn(tool: ToolEnv, tokenizer: TaskTokenizer, example: TaskExample, promp
     return call
 
 
-async def _generate_one(engine: Engine, tokenizer: TaskTokenizer, request: GenRequest, tool: ToolEnv | None, *,
-                        partial_rollout: bool, max_resumes: int) -> Trajectory:  # fmt: skip
+async def _generate_one(
+    engine: Engine,
+    tokenizer: TaskTokenizer,
+    request: GenRequest,
+    tool: ToolEnv | None,
+    *,
+    partial_rollout: bool,
+    max_resumes: int,
+) -> Trajectory:
     prompt_ids = encode_prompt(tokenizer, request.example.prompt)
     try:
         if tool is None:
-            return await generate_with_resume(engine, request.request_id, prompt_ids, request.params,
-                                              partial_rollout=partial_rollout, max_resumes=max_resumes)  # fmt: skip
+            return await generate_with_resume(
+                engine,
+                request.request_id,
+                prompt_ids,
+                request.params,
+                partial_rollout=partial_rollout,
+                max_resumes=max_resumes,
+            )
         return await run_agent_loop(
-            engine, request.request_id, prompt_ids, request.params,
-            tool_fn(tool, tokenizer, request.example, len(prompt_ids)), max_turns=tool.max_turns,
-            partial_rollout=partial_rollout, max_resumes=max_resumes,
-        )  # fmt: skip
+            engine,
+            request.request_id,
+            prompt_ids,
+            request.params,
+            tool_fn(tool, tokenizer, request.example, len(prompt_ids)),
+            max_turns=tool.max_turns,
+            partial_rollout=partial_rollout,
+            max_resumes=max_resumes,
+        )
     except Exception as exc:  # the engine's error marks this one sample `error`; it is counted, never trained on
         return Trajectory(prompt_ids=prompt_ids, status=TrajectoryStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
 
@@ -67,17 +85,22 @@ AfterGroup = Callable[[Sequence[GenRequest], Sequence[Trajectory]], Awaitable[No
 
 
 async def generate_all(
-    engine: Engine, tokenizer: TaskTokenizer, requests: Sequence[GenRequest], *, tool: ToolEnv | None = None,
-    partial_rollout: bool = True, max_resumes: int = 16, after_group: AfterGroup | None = None,
-) -> list[Trajectory]:  # fmt: skip
+    engine: Engine,
+    tokenizer: TaskTokenizer,
+    requests: Sequence[GenRequest],
+    *,
+    tool: ToolEnv | None = None,
+    partial_rollout: bool = True,
+    max_resumes: int = 16,
+    after_group: AfterGroup | None = None,
+) -> list[Trajectory]:
     """Every request submitted at once; results in request order. An aborted engine call resumes with prompt +
     tokens so far (`partial_rollout`) up to `max_resumes` times. `after_group(requests, trajectories)` runs for each
     group (requests sharing a `group_id`) as soon as that group has finished, while the others still generate (e.g.
     a teacher scoring it); the call returns once every group and its `after_group` are done."""
 
     async def one(r: GenRequest) -> Trajectory:
-        return await _generate_one(engine, tokenizer, r, tool, partial_rollout=partial_rollout,
-                                   max_resumes=max_resumes)  # fmt: skip
+        return await _generate_one(engine, tokenizer, r, tool, partial_rollout=partial_rollout, max_resumes=max_resumes)
 
     if after_group is None:
         return list(await asyncio.gather(*(one(r) for r in requests)))
@@ -161,16 +184,22 @@ class _RewardWorker:
         self._jobs.put(None)  # the thread exits after the hung call, however that ends
         with self._lock:
             if self._busy and self._thread.ident is not None:  # alive: its id cannot belong to another thread
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
-                                                           ctypes.py_object(RewardAbandoned))  # fmt: skip
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread.ident), ctypes.py_object(RewardAbandoned)
+                )
 
     def close(self) -> None:
         self._jobs.put(None)
 
 
-def score_all(tokenizer: TaskTokenizer, reward_fn: RewardFn, requests: Sequence[GenRequest],
-              trajectories: Sequence[Trajectory], *,
-              timeout_s: float = REWARD_TIMEOUT_S) -> list[ScoredSample]:  # fmt: skip
+def score_all(
+    tokenizer: TaskTokenizer,
+    reward_fn: RewardFn,
+    requests: Sequence[GenRequest],
+    trajectories: Sequence[Trajectory],
+    *,
+    timeout_s: float = REWARD_TIMEOUT_S,
+) -> list[ScoredSample]:
     """One ScoredSample per request, in order. Each ok trajectory's reward call may take `timeout_s` seconds; one
     that does not return by then gives `reward_error` ("TimeoutError: ...") and scoring goes on with the next
     sample. The hung call is abandoned in its worker thread: `RewardAbandoned` is raised in it (which stops Python

@@ -27,9 +27,13 @@ class StepBatch:
 def to_train_sample(s: ScoredSample) -> TrainSample:
     r = s.request
     sample = TrainSample.from_trajectory(
-        s.trajectory, uid=r.request_id, group_id=r.group_id, reward=s.reward, acc=s.acc,
+        s.trajectory,
+        uid=r.request_id,
+        group_id=r.group_id,
+        reward=s.reward,
+        acc=s.acc,
         data_source=r.example.data_source,
-    )  # fmt: skip
+    )
     return sample if s.teacher is None else dataclasses.replace(sample, teacher=s.teacher)
 
 

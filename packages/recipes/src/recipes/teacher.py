@@ -167,8 +167,9 @@ def check_roster(cfg: TeacherConfig, roster: TeacherRoster, student: CharTokeniz
         check_teacher(cfg, teacher, student, max_len)
 
 
-def teacher_site(cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str,
-                 index: int = 0) -> TeacherSite:  # fmt: skip
+def teacher_site(
+    cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str, index: int = 0
+) -> TeacherSite:
     return TeacherSite(str(teacher.directory), cfg.temperature, cfg.top_k, max_len, work_dir, index)
 
 

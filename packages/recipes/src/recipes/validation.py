@@ -32,13 +32,10 @@ class ValidationResult:
     metrics: dict[str, float]
     records: list[DumpRecord]
 
-    @property
-    def greedy_acc(self) -> float | None:
-        return self.metrics.get("val/greedy_acc")
 
-
-def _requests(examples: Sequence[TaskExample], cfg: ValidationConfig, step: int, seed: int,
-              max_new_tokens: int) -> list[GenRequest]:  # fmt: skip
+def _requests(
+    examples: Sequence[TaskExample], cfg: ValidationConfig, step: int, seed: int, max_new_tokens: int
+) -> list[GenRequest]:
     out = []
     for i, ex in enumerate(examples):
         if cfg.greedy:
@@ -46,9 +43,11 @@ def _requests(examples: Sequence[TaskExample], cfg: ValidationConfig, step: int,
             out.append(GenRequest(f"val{step}-p{i}-{GREEDY}", f"{ex.uid}-{GREEDY}", ex, i, 0, params))
         for j in range(cfg.samples_per_prompt):
             params = SamplingParams(
-                max_new_tokens=max_new_tokens, temperature=cfg.temperature, return_routed_experts=False,
+                max_new_tokens=max_new_tokens,
+                temperature=cfg.temperature,
+                return_routed_experts=False,
                 seed=sample_seed(seed, step, i, j, stream=1),
-            )  # fmt: skip
+            )
             out.append(GenRequest(f"val{step}-p{i}-r{j}", ex.uid, ex, i, j, params))
     return out
 
@@ -76,10 +75,18 @@ def _metrics(scored: Sequence[ScoredSample], n: int) -> dict[str, float]:
 
 
 async def validate(
-    engine: Engine, tokenizer: TaskTokenizer, reward_fn: RewardFn, examples: Sequence[TaskExample],
-    cfg: ValidationConfig, *, step: int, seed: int, max_new_tokens: int, tool: ToolEnv | None = None,
+    engine: Engine,
+    tokenizer: TaskTokenizer,
+    reward_fn: RewardFn,
+    examples: Sequence[TaskExample],
+    cfg: ValidationConfig,
+    *,
+    step: int,
+    seed: int,
+    max_new_tokens: int,
+    tool: ToolEnv | None = None,
     reward_timeout_s: float = REWARD_TIMEOUT_S,
-) -> ValidationResult:  # fmt: skip
+) -> ValidationResult:
     """Runs every validation response through the engine now serving the policy of `step`."""
     requests = _requests(examples, cfg, step, seed, max_new_tokens)
     trajectories = await generate_all(engine, tokenizer, requests, tool=tool)

@@ -47,14 +47,13 @@ class WarmupConfig:
     length-sorted micro-batches with the same gradient (to float rounding), so long-tailed demonstrations do not
     all pad to the longest; a step that fits runs whole, exactly as without the setting. `experts_kernel` is
     the routed experts' autograd kernel (`moe_models.set_experts_kernel`); it changes results at float rounding
-    only; `looped` is ~1.7x faster on the scratchpad task's long demonstrations and 1.35x on the sorting task in
-    float64 (the apps' 100 steps: 37 vs 50 s on an AVX-512 VM).
+    only; `looped` is the faster one, most on long demonstrations (timings in docs/numerics.md).
 
     `dtype` is the precision the warm-up trains in; the checkpoint is always saved (and scored) in float32.
     float64 makes the base the same on every CPU: two CPUs whose kernels sum in different orders (AVX2 vs AVX-512,
     another BLAS blocking) round the same forward differently, and training grows that rounding step by step. In
-    float32 the apps' bases scored 41-53% greedy accuracy for one seed on three VMs; in float64 rounding
-    starts ~1e-9 times smaller, and two differently-summed runs (the padded and looped kernels) end within an
+    float32 one seed gave different bases (and accuracies) on different CPUs; in float64 rounding starts ~1e-9
+    times smaller, and two differently-summed runs (the padded and looped kernels) end within an
     ulp of float32 of each other (docs/numerics.md)."""
 
     steps: int = field(default=150, metadata={"help": "supervised optimiser steps (0: the random model)"})

@@ -11,5 +11,13 @@ from run_config.markdown import to_markdown
 from run_config.writer import to_dict, to_toml
 
 __all__ = [
-    "Leaf", "add_arguments", "from_dict", "leaves", "parse_config", "resolve", "to_dict", "to_markdown", "to_toml",
-]  # fmt: skip
+    "Leaf",
+    "add_arguments",
+    "from_dict",
+    "leaves",
+    "parse_config",
+    "resolve",
+    "to_dict",
+    "to_markdown",
+    "to_toml",
+]

@@ -64,9 +64,13 @@ def _merge(path: str, key: str, occurrences: list[tuple[str, Leaf]], default_kin
             choices = [c for _, leaf in occurrences for c in typing.get_args(leaf.kind)]
             kind_type = Literal[tuple(dict.fromkeys(choices))]
         return dataclasses.replace(
-            reported, kind=kind_type, help=help_text, within=path,
-            kinds=tuple(k for k, _ in occurrences), defaults={k: leaf.default for k, leaf in occurrences},
-        )  # fmt: skip
+            reported,
+            kind=kind_type,
+            help=help_text,
+            within=path,
+            kinds=tuple(k for k, _ in occurrences),
+            defaults={k: leaf.default for k, leaf in occurrences},
+        )
     kinds = tuple(dict.fromkeys(k for _, leaf in occurrences for k in leaf.kinds))
     preferred = sorted(occurrences, key=lambda occ: occ[0] != default_kind)  # stable: the default kind first
     defaults: dict[str, Any] = {}
@@ -85,9 +89,12 @@ def _tagged(spec: FieldSpec, key: str, section: Any) -> list[Leaf]:
             if leaf.key != f"{key}.{TAG}":
                 by_key.setdefault(leaf.key, []).append((name, leaf))
     choose = Leaf(
-        f"{key}.{TAG}", Literal[tuple(spec.members)], dataclasses.MISSING if default_kind is None else default_kind,
-        _help_of(spec), chooses=True,
-    )  # fmt: skip
+        f"{key}.{TAG}",
+        Literal[tuple(spec.members)],
+        dataclasses.MISSING if default_kind is None else default_kind,
+        _help_of(spec),
+        chooses=True,
+    )
     return [choose] + [_merge(key, k, occurrences, default_kind) for k, occurrences in by_key.items()]
 
 

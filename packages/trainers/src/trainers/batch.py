@@ -76,13 +76,20 @@ class TrainBatch:
             return None if t is None else t.to(device, non_blocking=True)
 
         return dataclasses.replace(
-            self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
-            response_mask=move(self.response_mask), rollout_log_probs=move(self.rollout_log_probs),
-            token_versions=move(self.token_versions), replay_ids=move(self.replay_ids),
-            replay_mask=move(self.replay_mask), rewards=move(self.rewards),
-            teacher_log_probs=move(self.teacher_log_probs), teacher_top_ids=move(self.teacher_top_ids),
-            teacher_top_log_probs=move(self.teacher_top_log_probs), teacher_top_valid=move(self.teacher_top_valid),
-        )  # fmt: skip
+            self,
+            input_ids=move(self.input_ids),
+            attention_mask=move(self.attention_mask),
+            response_mask=move(self.response_mask),
+            rollout_log_probs=move(self.rollout_log_probs),
+            token_versions=move(self.token_versions),
+            replay_ids=move(self.replay_ids),
+            replay_mask=move(self.replay_mask),
+            rewards=move(self.rewards),
+            teacher_log_probs=move(self.teacher_log_probs),
+            teacher_top_ids=move(self.teacher_top_ids),
+            teacher_top_log_probs=move(self.teacher_top_log_probs),
+            teacher_top_valid=move(self.teacher_top_valid),
+        )
 
 
 def _routing_spec(samples: Sequence[TrainSample]) -> RoutingSpec | None:
@@ -150,8 +157,11 @@ def _teacher(samples: Sequence[TrainSample], width: int) -> _TeacherTensors | No
         # torch.tensor copies: arrays read from Ray's object store are read-only, which torch.from_numpy warns about
         lp[i, rows] = torch.tensor(t.sampled)
         if ids is not None and top is not None and valid is not None:
-            ids[i, rows], top[i, rows], valid[i, rows] = (torch.tensor(t.ids), torch.tensor(t.logprobs),
-                                                          torch.tensor(t.valid))  # fmt: skip
+            ids[i, rows], top[i, rows], valid[i, rows] = (
+                torch.tensor(t.ids),
+                torch.tensor(t.logprobs),
+                torch.tensor(t.valid),
+            )
     return _TeacherTensors(lp, ids, top, valid)
 
 

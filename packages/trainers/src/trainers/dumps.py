@@ -212,10 +212,3 @@ def read_dump(path: str | Path) -> list[DumpRecord]:
         except (json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
             raise ValueError(f"{path.name} line {lineno}: not a valid dump record ({exc})") from exc
     return out
-
-
-def list_dumps(directory: str | Path, kind: DumpKind) -> list[Path]:
-    """Complete dump files of one kind, by step (temporary files of an interrupted write are skipped)."""
-    prefix = f"{DumpKind(kind)}_step"
-    paths = [p for p in Path(directory).glob(f"{prefix}*.jsonl") if p.stem[len(prefix) :].isdigit()]
-    return sorted(paths, key=lambda p: int(p.stem[len(prefix) :]))

@@ -52,9 +52,13 @@ def outcome_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Te
 
 
 def token_advantages(
-    estimator: str, batch: TrainBatch, *, token_rewards: torch.Tensor | None = None, gamma: float = 1.0,
+    estimator: str,
+    batch: TrainBatch,
+    *,
+    token_rewards: torch.Tensor | None = None,
+    gamma: float = 1.0,
     lam: float = 1.0,
-) -> Advantages:  # fmt: skip
+) -> Advantages:
     """`token_rewards` `[B, T-1]` (e.g. with a KL penalty subtracted): None means each sequence's outcome reward on
     its last loss token; outcome estimators score a sequence by its summed token rewards. `batch` must be on the CPU
     (group statistics loop over groups on the host)."""

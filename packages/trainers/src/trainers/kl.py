@@ -94,6 +94,5 @@ def kl_loss(
     """The KL loss term (to be scaled by its coefficient by the caller), aggregated like the policy loss.
     Metric: `actor/kl_loss` (the unscaled term, a 0-dim tensor)."""
     kl = kl_estimate(log_prob, ref_log_prob.detach(), kind)
-    loss = aggregate(kl, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
-                     loss_scale_factor=loss_scale_factor)  # fmt: skip
+    loss = aggregate(kl, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs, loss_scale_factor=loss_scale_factor)
     return loss, {"actor/kl_loss": loss.detach()}

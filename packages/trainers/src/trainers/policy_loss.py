@@ -86,8 +86,7 @@ def ppo_clip_loss(
         losses = torch.where(adv < 0, torch.minimum(losses, cap), losses)
     if is_weights is not None:
         losses = losses * is_weights.detach()
-    loss = aggregate(losses, m, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
-                     loss_scale_factor=loss_scale_factor)  # fmt: skip
+    loss = aggregate(losses, m, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs, loss_scale_factor=loss_scale_factor)
     metrics = {
         "actor/pg_loss": loss.detach(),
         "actor/pg_clipfrac": _masked_mean(clipped, m),

@@ -47,8 +47,9 @@ class TrainSample:
             if got != n:
                 raise ValueError(f"TrainSample.{name}: expected {n} entries (one per response token), got {got}")
         if self.teacher is not None and self.teacher.num_rows != n:
-            raise ValueError(f"TrainSample.teacher: expected {n} rows (one per response token), got "
-                             f"{self.teacher.num_rows}")  # fmt: skip
+            raise ValueError(
+                f"TrainSample.teacher: expected {n} rows (one per response token), got {self.teacher.num_rows}"
+            )
         if not self.prompt_ids:
             raise ValueError("TrainSample.prompt_ids: expected at least one prompt token, got none")
         if any(v not in (0, 1) for v in self.loss_mask):

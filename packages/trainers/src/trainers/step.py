@@ -84,13 +84,14 @@ class _BeyondBound:
     count: float
 
 
-def score(backend: TrainingBackend, batch: TrainBatch, budget: int, *, replay: bool,
-          role: PolicyRole = "policy") -> torch.Tensor:  # fmt: skip
+def score(
+    backend: TrainingBackend, batch: TrainBatch, budget: int, *, replay: bool, role: PolicyRole = "policy"
+) -> torch.Tensor:
     """`[B, T-1]` no-grad log-probs of the whole batch, in micro-batches of at most `budget` padded tokens."""
     out = torch.zeros(batch.rollout_log_probs.shape, dtype=torch.float32, device=backend.device)
     groups = split_by_token_budget(batch.seq_lengths.tolist(), range(batch.batch_size), budget)
-    for rows, lp in zip(groups, backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role),
-                        strict=True):  # fmt: skip
+    scored = backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role)
+    for rows, lp in zip(groups, scored, strict=True):
         out[rows, : lp.shape[1]] = lp
     return out
 
@@ -101,8 +102,9 @@ def same_version_mask(batch: TrainBatch, version: int) -> torch.Tensor:  # [B, T
     return batch.response_mask * (batch.token_versions == version).to(batch.response_mask.dtype)
 
 
-def _no_replay_sample(backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoopConfig, seed: int,
-                      version: int) -> dict[str, torch.Tensor]:  # fmt: skip
+def _no_replay_sample(
+    backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoopConfig, seed: int, version: int
+) -> dict[str, torch.Tensor]:
     """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences holding tokens of the
     version the trainer holds, a seeded choice per version (none: no extra forward)."""
     fresh = same_version_mask(batch, version).sum(dim=1) > 0  # host tensors: no device wait
@@ -133,9 +135,18 @@ def _inert(log_probs: torch.Tensor, top_k: torch.Tensor | None = None) -> LossOu
     return LossOutputs(log_probs.sum() * 0.0)
 
 
-def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, plan: MiniBatchPlan,
-                    t: _Tensors, replay: bool, metrics: StepMetrics, capture: torch.Tensor | None, step: int,
-                    where: str) -> None:  # fmt: skip
+def _optimizer_step(
+    backend: TrainingBackend,
+    algorithm: Algorithm,
+    batch: TrainBatch,
+    plan: MiniBatchPlan,
+    t: _Tensors,
+    replay: bool,
+    metrics: StepMetrics,
+    capture: torch.Tensor | None,
+    step: int,
+    where: str,
+) -> None:
     """One optimiser step on one mini-batch (this rank's share); fills `capture` with the micro-batches'
     pre-update log-probs when given. Raises `NonFiniteError` (and takes no step) on a non-finite loss; `where`
     names the mini-batch in its message."""
@@ -151,8 +162,9 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
         sub = select_rows(batch, rows)
         width = sub.input_ids.shape[1] - 1
 
-        def loss_fn(lp: torch.Tensor, top: torch.Tensor | None, rows: list[int] = rows,
-                    width: int = width) -> LossOutputs:  # fmt: skip
+        def loss_fn(
+            lp: torch.Tensor, top: torch.Tensor | None, rows: list[int] = rows, width: int = width
+        ) -> LossOutputs:
             if capture is not None:
                 capture[rows, :width] = lp.detach()
             old, rollout = t.old[rows, :width], t.rollout[rows, :width]
@@ -162,12 +174,21 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
                 beyond = b.mask[rows, :width]
                 prox = lp.detach() if b.prox is None else b.prox[rows, :width]
                 old, is_weights = correct_beyond_bound(old, rollout, prox, beyond, is_weights, b.is_cap)
-            out = algorithm.loss(LossInputs(
-                log_probs=lp, old_log_probs=old, rollout_log_probs=rollout,
-                advantages=t.advantages[rows, :width], mask=t.mask[rows, :width], num_tokens=plan.num_tokens,
-                num_seqs=plan.num_seqs, ref_log_probs=None if t.ref is None else t.ref[rows, :width],
-                is_weights=is_weights, top_k_log_probs=top, teacher_top_k=_top_k(batch, rows, width),
-            ))  # fmt: skip
+            out = algorithm.loss(
+                LossInputs(
+                    log_probs=lp,
+                    old_log_probs=old,
+                    rollout_log_probs=rollout,
+                    advantages=t.advantages[rows, :width],
+                    mask=t.mask[rows, :width],
+                    num_tokens=plan.num_tokens,
+                    num_seqs=plan.num_seqs,
+                    ref_log_probs=None if t.ref is None else t.ref[rows, :width],
+                    is_weights=is_weights,
+                    top_k_log_probs=top,
+                    teacher_top_k=_top_k(batch, rows, width),
+                )
+            )
             if b is not None and b.prox is None and is_weights is not None:  # one optimiser step: exact mean
                 out.sums["staleness/beyond_bound_is_mean"] = (is_weights * beyond).sum().double() / b.count
             return out
@@ -183,12 +204,12 @@ def _optimizer_step(backend: TrainingBackend, algorithm: Algorithm, batch: Train
             f"step {step}, {where}: actor/grad_norm is {float(grad_norm)} with a finite loss, expected a finite "
             "gradient norm. The backend clips and steps in one call, so this optimiser step was applied: the weights "
             "in memory may not be finite and must not be saved; resume from the last checkpoint",
-            metric="actor/grad_norm", step=step,
-        )  # fmt: skip
+            metric="actor/grad_norm",
+            step=step,
+        )
 
 
-def _check_loss(outputs: Sequence[tuple[LossOutputs, float]], backend: TrainingBackend, step: int,
-                where: str) -> None:  # fmt: skip
+def _check_loss(outputs: Sequence[tuple[LossOutputs, float]], backend: TrainingBackend, step: int, where: str) -> None:
     """Raises `NonFiniteError` before the optimiser step when the mini-batch's loss is not finite on any rank (one
     host synchronisation, plus one all-reduce under data parallelism so every rank raises together)."""
     total = torch.stack([o.loss.detach().double() for o, _ in outputs]).sum() if outputs else None
@@ -199,28 +220,37 @@ def _check_loss(outputs: Sequence[tuple[LossOutputs, float]], backend: TrainingB
     if not bool(bad):
         return
     # the means of a micro-batch without loss tokens are never used (StepMetrics.add_micro): not culprits
-    named = [(k, v) for o, tokens in outputs for part in (o.sums, o.maxima, o.means if tokens > 0 else {})
-             for k, v in part.items()]  # fmt: skip
+    named = [
+        (k, v)
+        for o, tokens in outputs
+        for part in (o.sums, o.maxima, o.means if tokens > 0 else {})
+        for k, v in part.items()
+    ]
     culprits = sorted({k for k, v in named if not bool(torch.isfinite(v))})
     value = "finite here, not finite on another rank" if total is None or bool(torch.isfinite(total)) else total.item()
     raise NonFiniteError(
         f"step {step}, {where}: actor/loss is {value} (non-finite metrics: {culprits or 'none'}), expected a finite "
         "loss. No optimiser step was taken on it: the weights and optimiser state are those before this mini-batch; "
         "resume from the last checkpoint",
-        metric="actor/loss", step=step,
-    )  # fmt: skip
+        metric="actor/loss",
+        step=step,
+    )
 
 
 def _check_advantages(batch: TrainBatch, tokens: torch.Tensor, per_sample: Sequence[float], step: int) -> None:
     rows = ~torch.isfinite(tokens.detach().cpu()).all(dim=-1)
-    bad = [batch.uids[i] for i, (r, a) in enumerate(zip(rows.tolist(), per_sample, strict=True))
-           if r or not math.isfinite(a)]  # fmt: skip
+    bad = [
+        batch.uids[i]
+        for i, (r, a) in enumerate(zip(rows.tolist(), per_sample, strict=True))
+        if r or not math.isfinite(a)
+    ]
     if bad:
         raise NonFiniteError(
             f"step {step}: advantages are not finite for {len(bad)} samples ({bad[:5]}), expected finite advantages "
             "(a reward, value or reference log-prob diverged). No optimiser step was taken: the weights are untouched",
-            metric="advantages", step=step,
-        )  # fmt: skip
+            metric="advantages",
+            step=step,
+        )
 
 
 def _check_pads(batch: TrainBatch, advantages: Sequence[float]) -> None:
@@ -237,9 +267,16 @@ def _corrects_behaviour(algorithm: Algorithm) -> bool:
     return algorithm.name == "decoupled" or (c is not None and c.is_level is not None)
 
 
-def _beyond_bound(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, mask: torch.Tensor,
-                  old: torch.Tensor | None, cfg: TrainLoopConfig, mini_batches: int,
-                  metrics: StepMetrics) -> _BeyondBound | None:  # fmt: skip
+def _beyond_bound(
+    backend: TrainingBackend,
+    algorithm: Algorithm,
+    dev: TrainBatch,
+    mask: torch.Tensor,
+    old: torch.Tensor | None,
+    cfg: TrainLoopConfig,
+    mini_batches: int,
+    metrics: StepMetrics,
+) -> _BeyondBound | None:
     """The tokens beyond the batch's staleness bound, when it has one and any (else None: the step is unchanged).
     Their proximal log-probs are the recomputed old policy, or one extra no-grad forward when the update takes
     several optimiser steps (epochs x mini-batches) in bypass mode."""
@@ -259,8 +296,9 @@ def _beyond_bound(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatc
     return _BeyondBound(beyond, prox, bound.is_cap, count)
 
 
-def _reference(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, budget: int,
-               replay: bool) -> torch.Tensor | None:  # fmt: skip
+def _reference(
+    backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, budget: int, replay: bool
+) -> torch.Tensor | None:
     """`[B, T-1]` the log-probs the algorithm compares with: the teacher's (scored at rollout time), the reference
     policy's (scored here), or None."""
     if algorithm.uses_teacher:
@@ -272,8 +310,9 @@ def _reference(backend: TrainingBackend, algorithm: Algorithm, dev: TrainBatch, 
     return score(backend, dev, budget, replay=replay, role="reference") if algorithm.needs_reference else None
 
 
-def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, cfg: TrainLoopConfig, *,
-               seed: int = 0) -> StepResult:  # fmt: skip
+def train_step(
+    backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch, cfg: TrainLoopConfig, *, seed: int = 0
+) -> StepResult:
     """One update of `algorithm` on `batch` (on the host; every rank passes the same batch). Increments the
     backend's version by one. `seed` seeds the choice of the no-replay mismatch sample."""
     version, replay, budget = backend.version, cfg.router_replay, cfg.micro_batch_tokens
@@ -293,17 +332,35 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
         metrics.add(corr)
         host_mask = mask.cpu()
     metrics.add(_no_replay_sample(backend, batch, cfg, seed, version))
-    plan = StepPlan.build(batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget,
-                          dp=backend.data_parallel)  # fmt: skip
+    plan = StepPlan.build(
+        batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget, dp=backend.data_parallel
+    )
     beyond = _beyond_bound(backend, algorithm, dev, mask, old, cfg, len(plan.mini_batches), metrics)
-    t = _Tensors(dev.rollout_log_probs if old is None else old, dev.rollout_log_probs,
-                 adv.tokens.to(backend.device), mask, ref, is_weights, beyond)  # fmt: skip
+    t = _Tensors(
+        dev.rollout_log_probs if old is None else old,
+        dev.rollout_log_probs,
+        adv.tokens.to(backend.device),
+        mask,
+        ref,
+        is_weights,
+        beyond,
+    )
     first = torch.zeros_like(dev.response_mask) if old is None else None
     for epoch in range(cfg.ppo_epochs):
         for i, mini in enumerate(plan.mini_batches):
             capture = first if epoch == 0 and i == 0 else None
-            _optimizer_step(backend, algorithm, dev, mini, t, replay, metrics, capture, version + 1,
-                            f"epoch {epoch}, mini-batch {i}")  # fmt: skip
+            _optimizer_step(
+                backend,
+                algorithm,
+                dev,
+                mini,
+                t,
+                replay,
+                metrics,
+                capture,
+                version + 1,
+                f"epoch {epoch}, mini-batch {i}",
+            )
     metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0], replay, backend.data_parallel))
     backend.advance_version()
     if backend.data_parallel is not None:
@@ -312,9 +369,15 @@ def train_step(backend: TrainingBackend, algorithm: Algorithm, batch: TrainBatch
     return StepResult(metrics.result(step=version + 1), per_sample)
 
 
-def _replay_mismatch(batch: TrainBatch, version: int, old: torch.Tensor | None, first: torch.Tensor | None,
-                     mini: MiniBatchPlan, replay: bool,
-                     dp: DataParallel | None) -> dict[str, torch.Tensor]:  # fmt: skip
+def _replay_mismatch(
+    batch: TrainBatch,
+    version: int,
+    old: torch.Tensor | None,
+    first: torch.Tensor | None,
+    mini: MiniBatchPlan,
+    replay: bool,
+    dp: DataParallel | None,
+) -> dict[str, torch.Tensor]:
     """The rollout log-probs vs the trainer's pre-update forward: the recomputed old log-probs, else the first
     mini-batch's own training forward (the whole batch when there is one mini-batch; under data parallelism each
     rank filled its rows, and one all-reduce gives every rank all of them)."""

@@ -79,9 +79,11 @@ class StepMetrics:
         every = dp.union([f"{kind}:{key}" for kind, part in kinds.items() for key in part])  # one collective
         weighted, sums, maxima = ([n.split(":", 1)[1] for n in every if n.startswith(f"{kind}:")] for kind in kinds)
         zero = torch.zeros((), dtype=torch.float64)
-        packed = torch.stack([self._weighted.get(k, zero).detach().double().cpu() for k in weighted]
-                             + [torch.tensor(self._weights.get(k, 0.0), dtype=torch.float64) for k in weighted]
-                             + [self._sums.get(k, zero).detach().double().cpu() for k in sums])  # fmt: skip
+        packed = torch.stack(
+            [self._weighted.get(k, zero).detach().double().cpu() for k in weighted]
+            + [torch.tensor(self._weights.get(k, 0.0), dtype=torch.float64) for k in weighted]
+            + [self._sums.get(k, zero).detach().double().cpu() for k in sums]
+        )
         total = dp.sum(packed).cpu() if packed.numel() else packed
         n = len(weighted)
         self._weighted = {k: total[i] for i, k in enumerate(weighted) if float(total[n + i]) > 0}
@@ -113,11 +115,15 @@ class StepMetrics:
             raise NonFiniteError(
                 f"step {step}: metric {nan[0]} is NaN (a loss or statistic diverged; all NaN: {nan}), expected a "
                 "number. The step's optimiser steps were applied: resume from the last checkpoint",
-                metric=nan[0], step=step,
-            )  # fmt: skip
+                metric=nan[0],
+                step=step,
+            )
         empty = [k[: -len(MISMATCH_TOKENS)] for k, v in floats.items() if k.endswith(MISMATCH_TOKENS) and v == 0]
-        return {k: v for k, v in floats.items() if not any(k.startswith(p + "/") and k != p + MISMATCH_TOKENS
-                                                            for p in empty)}  # fmt: skip
+        return {
+            k: v
+            for k, v in floats.items()
+            if not any(k.startswith(p + "/") and k != p + MISMATCH_TOKENS for p in empty)
+        }
 
 
 def _to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:

@@ -34,8 +34,15 @@ class StepPlan:
     mini_batches: list[MiniBatchPlan]
 
     @classmethod
-    def build(cls, batch: TrainBatch, mask: torch.Tensor, *, mini_batches: int, micro_batch_tokens: int,
-              dp: DataParallel | None) -> StepPlan:  # fmt: skip
+    def build(
+        cls,
+        batch: TrainBatch,
+        mask: torch.Tensor,
+        *,
+        mini_batches: int,
+        micro_batch_tokens: int,
+        dp: DataParallel | None,
+    ) -> StepPlan:
         """`mask` `[B, T-1]`: the loss mask on the host (after any rollout-correction rejection)."""
         lengths = batch.seq_lengths.tolist()
         slices = split_even(batch.batch_size, mini_batches)
@@ -43,8 +50,9 @@ class StepPlan:
         micro: list[list[list[int] | None]] = [
             list(split_by_token_budget(lengths, rows, micro_batch_tokens)) for rows in local
         ]
-        counts = torch.tensor([[count_tokens(mask[rows]), count_nonempty_seqs(mask[rows])] for rows in local],
-                              dtype=torch.float64)  # fmt: skip
+        counts = torch.tensor(
+            [[count_tokens(mask[rows]), count_nonempty_seqs(mask[rows])] for rows in local], dtype=torch.float64
+        )
         if dp is not None:
             counts = dp.sum(counts).cpu()
             most = dp.max([len(m) for m in micro])

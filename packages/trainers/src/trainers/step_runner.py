@@ -101,9 +101,14 @@ class LocalSteps:
         torch.manual_seed(spec.seed)
         algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
         reference = load_pretrained(spec.checkpoint_dir) if algorithm.needs_reference else None
-        backend = cfg.build(load_pretrained(spec.checkpoint_dir), spec.optim, temperature=spec.temperature,
-                            reference=reference, total_steps=spec.total_steps,
-                            true_on_policy=spec.true_on_policy)  # fmt: skip
+        backend = cfg.build(
+            load_pretrained(spec.checkpoint_dir),
+            spec.optim,
+            temperature=spec.temperature,
+            reference=reference,
+            total_steps=spec.total_steps,
+            true_on_policy=spec.true_on_policy,
+        )
         return cls(backend, algorithm, spec.loop, spec.seed)
 
     @property

@@ -26,10 +26,24 @@ from typing import Any
 import numpy as np
 
 SAMPLING_KEYS = {  # sglang/srt/sampling/sampling_params.py SamplingParams.__init__ (subset that exists)
-    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "no_stop_trim",
-    "skip_special_tokens", "sampling_seed", "ignore_eos", "min_new_tokens", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "spaces_between_special_tokens", "n",
-}  # fmt: skip
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "no_stop_trim",
+    "skip_special_tokens",
+    "sampling_seed",
+    "ignore_eos",
+    "min_new_tokens",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "spaces_between_special_tokens",
+    "n",
+}
 
 
 @dataclass
@@ -40,8 +54,9 @@ class _Req:
 
 
 class FakeSGLangState:
-    def __init__(self, *, vocab_size: int, num_layers: int, top_k: int, num_experts: int, token_delay: float,
-                 full_rows: bool) -> None:  # fmt: skip
+    def __init__(
+        self, *, vocab_size: int, num_layers: int, top_k: int, num_experts: int, token_delay: float, full_rows: bool
+    ) -> None:
         self.vocab_size, self.num_layers, self.top_k, self.num_experts = vocab_size, num_layers, top_k, num_experts
         self.token_delay = token_delay
         self.full_rows = full_rows  # return N rows instead of N-1 (what one SGLang release did)
@@ -117,8 +132,17 @@ class FakeSGLangState:
             finish["length"] = len(toks)
         return self._answer(req, body, toks, lps, labels, finish, c, start)
 
-    def _answer(self, req: _Req, body: dict[str, Any], toks: list[int], lps: list[float], labels: list[str],
-                finish: dict[str, Any], c: int, start: int) -> dict[str, Any]:  # fmt: skip
+    def _answer(
+        self,
+        req: _Req,
+        body: dict[str, Any],
+        toks: list[int],
+        lps: list[float],
+        labels: list[str],
+        finish: dict[str, Any],
+        c: int,
+        start: int,
+    ) -> dict[str, Any]:
         spans: list[dict[str, Any]] = []
         for i, label in enumerate(labels):
             if spans and spans[-1]["version"] == label:
@@ -126,10 +150,15 @@ class FakeSGLangState:
             else:
                 spans.append({"version": label, "start": i, "end": i + 1})
         meta: dict[str, Any] = {
-            "id": req.rid, "finish_reason": finish, "prompt_tokens": c, "weight_version": self.label,
+            "id": req.rid,
+            "finish_reason": finish,
+            "prompt_tokens": c,
+            "weight_version": self.label,
             "weight_versions": spans or [{"version": self.label, "start": 0, "end": 0}],
-            "completion_tokens": len(toks), "cached_tokens": 0, "e2e_latency": 0.0,
-        }  # fmt: skip
+            "completion_tokens": len(toks),
+            "cached_tokens": 0,
+            "e2e_latency": 0.0,
+        }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, toks, strict=True)]
         if body.get("return_routed_experts") and toks:
@@ -221,10 +250,24 @@ def _handler(state: FakeSGLangState) -> type[BaseHTTPRequestHandler]:
 class FakeSGLangServer:
     """Runs the fake on 127.0.0.1 in a daemon thread; `url` to connect, `state` to inspect, `stop()` to end."""
 
-    def __init__(self, *, vocab_size: int = 512, num_layers: int = 2, top_k: int = 2, num_experts: int = 8,
-                 token_delay: float = 0.002, full_rows: bool = False) -> None:  # fmt: skip
-        self.state = FakeSGLangState(vocab_size=vocab_size, num_layers=num_layers, top_k=top_k,
-                                     num_experts=num_experts, token_delay=token_delay, full_rows=full_rows)  # fmt: skip
+    def __init__(
+        self,
+        *,
+        vocab_size: int = 512,
+        num_layers: int = 2,
+        top_k: int = 2,
+        num_experts: int = 8,
+        token_delay: float = 0.002,
+        full_rows: bool = False,
+    ) -> None:
+        self.state = FakeSGLangState(
+            vocab_size=vocab_size,
+            num_layers=num_layers,
+            top_k=top_k,
+            num_experts=num_experts,
+            token_delay=token_delay,
+            full_rows=full_rows,
+        )
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)

@@ -5,10 +5,10 @@ wait for the other side by calling `sched_yield()` in a loop for up to 1 s after
 (`vllm/distributed/device_communicators/shm_broadcast.py`: `SpinCondition.wait`, lines 207-208, with
 `busy_loop_s=1` from line 138, called by `MessageQueue.acquire_read` at line 864; the engine core waits there for
 each step's result, `vllm/v1/executor/multiproc_executor.py:440`, the worker for the next step, line 1041). So
-while vLLM generates, both processes are always runnable. Measured on Linux 6.18 (EEVDF scheduler, session
-autogroups on), 2 cores: a CPU-bound process in another session got 5% of a core, and a process that sleeps
-10 ms at a time waited up to 3.6 s on the run queue, until the generation ended, while the engine's steps kept
-their pace (~1.7 ms each). With `sched_yield` turned into a 50 us sleep inside vLLM, neither happened.
+while vLLM generates, both processes are always runnable; under Linux's EEVDF scheduler with session autogroups,
+a CPU-bound process in another session then gets a small fraction of a core, and a process that sleeps briefly
+waits on the run queue until the generation ends, while the engine's steps keep their pace. With `sched_yield`
+turned into a short sleep inside vLLM, neither happens.
 
 Effect on a client: it reads the stream seconds late, and the request it sends next (a pause, an abort) reaches
 vLLM after the generation it meant to interrupt has ended. That was the abort-mode test flake: a weight push sent
@@ -16,11 +16,10 @@ once 16 tokens had been received landed after vLLM had finished the call, which 
 every token under the old weights (no abort happened, and no token was lost).
 
 What this module does: the server's session (its autogroup, `/proc/<pid>/autogroup`, where the kernel groups
-sessions) and the server process get nice `SERVER_NICE`. Measured with nice 10, same machine: a 10 ms sleeper
-waited at most 12 ms on the run queue, a CPU-bound process in another session kept its core, the stream reached
-the client within 30 ms of each step. Cost: without competitors vLLM kept about its speed (2000 tokens in
-3.4-3.7 s, against 3.2-3.5 s at nice 0); next to a 2-thread CPU-bound process it gets what that one leaves
-(~1/6 of its speed). Nice 5 was not enough (2 s waits remained).
+sessions) and the server process get nice `SERVER_NICE`. Why that value: it must be high enough that a sleeper
+is scheduled within a step and a CPU-bound process in another session keeps its core (a lower nice still left
+waits of seconds); the cost is that vLLM keeps about its speed alone but only gets what CPU-bound neighbours
+leave it.
 
 Invariants: only ever raises a nice value (an unprivileged process may not lower one); the engine core and worker,
 started after this runs, inherit the process value, and the autogroup value covers the whole session.

@@ -103,9 +103,14 @@ class VLLMEngine:
                 await client.update_weight_version("0")
                 label = "0"
             return cls(
-                client, vocab_size=int(info["vocab_size"]), max_context=await client.max_model_len(),
-                routing_spec=spec, routing=routing, weight_version=int(label), abort_grace_s=abort_grace_s,
-            )  # fmt: skip
+                client,
+                vocab_size=int(info["vocab_size"]),
+                max_context=await client.max_model_len(),
+                routing_spec=spec,
+                routing=routing,
+                weight_version=int(label),
+                abort_grace_s=abort_grace_s,
+            )
         except BaseException:
             await client.aclose()
             raise
@@ -213,9 +218,13 @@ class VLLMEngine:
             full = await self._pop_rows(call.engine_id)  # always popped: the worker must not keep them
             if spec is None or not params.return_routed_experts or g == 0:
                 return None
-            rows = None if full is None else rows_from_positions(
-                full, spec, context_len=context_len, num_generated=g, start=params.routed_experts_start
-            )  # fmt: skip
+            rows = (
+                None
+                if full is None
+                else rows_from_positions(
+                    full, spec, context_len=context_len, num_generated=g, start=params.routed_experts_start
+                )
+            )
             if rows is None and resp.stop_reason != StopReason.ABORT:
                 have = 0 if full is None else full.shape[0]
                 raise VLLMServerError(

@@ -124,7 +124,7 @@ class VLLMServerConfig:
 
 
 class VLLMServer:
-    """A running (or attached) vLLM server. Use `VLLMServer.launch(config)` or `VLLMServer.attach(url)`."""
+    """A running vLLM server. Use `VLLMServer.launch(config)`, or pass the `process` the caller just started."""
 
     def __init__(
         self,
@@ -146,13 +146,6 @@ class VLLMServer:
                 lower_cpu_priority(process.pid, nice)
 
     @classmethod
-    def attach(cls, base_url: str, *, timeout_s: float = 30.0) -> VLLMServer:
-        """A server someone else runs; `stop()` leaves it alone."""
-        server = cls(base_url)
-        server.wait_healthy(timeout_s)
-        return server
-
-    @classmethod
     def launch(cls, config: VLLMServerConfig) -> VLLMServer:
         if not Path(config.python).exists():
             raise VLLMServerError(
@@ -163,9 +156,12 @@ class VLLMServer:
         started = time.monotonic()
         with os.fdopen(log_fd, "wb") as log:
             process = subprocess.Popen(
-                config.command(port), stdout=log, stderr=subprocess.STDOUT, env=config.environment(),
+                config.command(port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=config.environment(),
                 start_new_session=True,
-            )  # fmt: skip
+            )
         server = cls(f"http://127.0.0.1:{port}", process=process, log_path=Path(log_name), nice=config.nice)
         try:
             server.wait_healthy(config.startup_timeout_s)
@@ -177,7 +173,7 @@ class VLLMServer:
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
-            return "(no log: attached server)"
+            return "(no log)"
         with self.log_path.open("rb") as f:
             tail = deque(f, maxlen=lines)
         return b"".join(tail).decode("utf-8", "replace")
@@ -205,7 +201,7 @@ class VLLMServer:
         )
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Kills the server's whole process group (SIGTERM, then SIGKILL). Idempotent; no-op when attached."""
+        """Kills the server's whole process group (SIGTERM, then SIGKILL). Idempotent; no-op without a process."""
         proc = self.process
         if proc is None:
             return

@@ -28,8 +28,9 @@ from engine_adapters.vllm.client import VLLMClient
 __all__ = ["VLLMTeacher", "parse_prompt_logprobs"]
 
 
-def parse_prompt_logprobs(entries: Sequence[dict[str, Any] | None], token_ids: Sequence[int], prompt_len: int,
-                          top_k: int, temperature: float) -> TeacherScores:  # fmt: skip
+def parse_prompt_logprobs(
+    entries: Sequence[dict[str, Any] | None], token_ids: Sequence[int], prompt_len: int, top_k: int, temperature: float
+) -> TeacherScores:
     """The response rows of vLLM's `prompt_logprobs` for `token_ids` (prompt then response) as TeacherScores."""
     if len(entries) != len(token_ids):
         raise ValueError(f"vLLM prompt_logprobs: expected {len(token_ids)} entries (one per token), got {len(entries)}")
@@ -70,15 +71,25 @@ class VLLMTeacher:
 
     async def _one(self, i: int, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> TeacherScores:
         tokens = [int(t) for t in (*prompt_ids, *response_ids)]
-        sampling = {"max_tokens": 1, "temperature": self.temperature, "prompt_logprobs": self.top_k,
-                    "detokenize": False}  # fmt: skip
-        body = {"request_id": f"teacher-{id(self)}-{i}", "token_ids": tokens, "sampling_params": sampling,
-                "stream": False, "output_mode": "tokens"}  # fmt: skip
+        sampling = {
+            "max_tokens": 1,
+            "temperature": self.temperature,
+            "prompt_logprobs": self.top_k,
+            "detokenize": False,
+        }
+        body = {
+            "request_id": f"teacher-{id(self)}-{i}",
+            "token_ids": tokens,
+            "sampling_params": sampling,
+            "stream": False,
+            "output_mode": "tokens",
+        }
         answer = await self.client.generate_once(body)
         entries = answer.get("prompt_logprobs")
         if entries is None:
-            raise ValueError(f"vLLM /inference/v1/generate: expected prompt_logprobs in the answer, got keys "
-                             f"{sorted(answer)}")  # fmt: skip
+            raise ValueError(
+                f"vLLM /inference/v1/generate: expected prompt_logprobs in the answer, got keys {sorted(answer)}"
+            )
         return parse_prompt_logprobs(entries, tokens, len(prompt_ids), self.top_k, self.temperature)
 
     async def score(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[TeacherScores]:

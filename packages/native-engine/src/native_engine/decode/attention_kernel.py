@@ -2,10 +2,9 @@
 `torch.ops.native_engine.decode_attention` that the compiled decode graph calls once per layer (fp32 only, see
 `c_kernels.supports`; the graph uses inductor's loops otherwise).
 
-Why: inductor's loops for the same math ran at ~400 us per layer for 64 rows x 96 positions on the tiny preset
-(horizontal sums per key, one serial accumulator for p.v, bounds checks per load). The C kernel reads each row's
-keys and values once; that is bound by memory latency on one core (~285 us from DRAM), so rows are split over
-threads (~155 us on two).
+Why: inductor's loops for the same math are slower (horizontal sums per key, one serial accumulator for p.v,
+bounds checks per load). The C kernel reads each row's keys and values once; that is bound by memory latency on one
+core, so rows are split over threads.
 """
 
 from __future__ import annotations
@@ -37,9 +36,18 @@ def decode_attention(
     threads (>= 1; `csrc/work_pool.h`).
     Also the CPU implementation of the op `torch.ops.native_engine.decode_attention`, which the compiled graph calls."""
     f32, i64 = torch.float32, torch.int64
-    check_tensors(_OP, (("q", q, f32, 3), ("k_new", k_new, f32, 3), ("v_new", v_new, f32, 3),
-                        ("key_cache", key_cache, f32, 4), ("value_cache", value_cache, f32, 4),
-                        ("slot_ids", slot_ids, i64, 1), ("positions", positions, i64, 1)))  # fmt: skip
+    check_tensors(
+        _OP,
+        (
+            ("q", q, f32, 3),
+            ("k_new", k_new, f32, 3),
+            ("v_new", v_new, f32, 3),
+            ("key_cache", key_cache, f32, 4),
+            ("value_cache", value_cache, f32, 4),
+            ("slot_ids", slot_ids, i64, 1),
+            ("positions", positions, i64, 1),
+        ),
+    )
     check_threads(_OP, threads)
     rows, heads, head_dim = q.shape
     num_slots, kv_heads, max_len = key_cache.shape[:3]

@@ -26,15 +26,14 @@ class CachedModel:
     compiled: decode calls go through `decode_graph` compiled by `torch.compile`; with fp32 weights and cache,
     attention and the routed experts run in C kernels (`attention_kernel`, `expert_kernel`) on `kernel_threads`
     threads, and prefill calls run their MoE layers' experts in the C experts kernel too. Attention is bound by
-    memory latency, so a second core nearly doubles it (per layer, 64 rows x 96 positions from DRAM: ~285 us on one
-    thread, ~155 us on two).
+    memory latency, so a second core nearly doubles its speed.
 
     The graph takes weights and the cache as inputs, with batch size, key length and cache slots dynamic and the
     cache length static: a process compiles it once per model shape and cache length (and once more for a batch
     of 1), shared by every model object and engine of that shape, and weight updates never recompile it. Compiling
-    happens at the first decode step: ~5-20 s on 2 CPU cores here (inductor's on-disk cache makes later processes
-    faster). Results equal the eager path's to float rounding (~1e-7 in fp32); routing can differ only where two
-    experts' router probabilities tie to that precision.
+    happens at the first decode step and takes seconds (inductor's on-disk cache makes later processes faster).
+    Results equal the eager path's to float rounding (~1e-7 in fp32); routing can differ only where two experts'
+    router probabilities tie to that precision.
 
     Invariant: the fused decode weights are rebuilt whenever a parameter of the model changed since they were
     built (in-place loads, optimizer steps, re-assigned parameters; see `DecodeWeights`).
@@ -95,7 +94,7 @@ class CachedModel:
 
     def _kernel_experts(self, cache: KVCache) -> list[RoutedExperts | None] | None:
         """Per layer, the C experts kernel over the decode weights, for prefill calls when compiled and the kernels
-        serve these dtypes (a prompt of 8 x 32 tokens: ~3 -> ~1 ms of experts); else None."""
+        serve these dtypes (faster than the grouped matmuls); else None."""
         if not self._compiled or not c_kernels.supports(self.model.lm_head.weight.dtype, cache.dtype, cache.device):
             return None
         weights = self._weights = decode_weights(self.model, self._weights)

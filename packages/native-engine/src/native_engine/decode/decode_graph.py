@@ -11,10 +11,9 @@ inductor rather than for eager dispatch:
   `expert_kernel`: custom ops that inductor calls as they are) run on `GraphDims.kernel_threads`
   threads. Otherwise the experts are `decode_step.routed_experts` and attention is broadcast multiply + sum,
   not bmm: inductor fuses the gather of each row's slot, q.k, the per-row mask, the softmax and p.v into loops
-  reading each cached K and V row once (slow in eager: use `decode_step` there; ~2.5x slower than the kernel on
-  one thread);
+  reading each cached K and V row once (slow in eager: use `decode_step` there; slower than the kernel);
 - batch size, key length and the number of cache slots are dynamic dimensions; the cache length is static
-  (symbolic strides made the attention loops ~20% slower). A process compiles one graph per model shape and
+  (symbolic strides make the attention loops slower). A process compiles one graph per model shape and
   cache length, plus one for a batch of 1.
 """
 
@@ -82,9 +81,16 @@ def _attend(
     0 .. L-1 (key_index [L]) of each row's slot and masked at keys >= its position. Returns [S, H * D]."""
     if dims.kernel_threads:
         return torch.ops.native_engine.decode_attention(
-            q.contiguous(), k.contiguous(), v.contiguous(), key_cache, value_cache, slot_ids, positions, dims.scaling,
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            key_cache,
+            value_cache,
+            slot_ids,
+            positions,
+            dims.scaling,
             dims.kernel_threads,
-        )  # fmt: skip
+        )
     s, length, g = q.shape[0], key_index.shape[0], dims.heads // dims.kv_heads
     q = (q.float() * dims.scaling).view(s, dims.kv_heads, g, 1, dims.head_dim)  # query head h reads kv head h // g
     keys = key_cache.index_select(0, slot_ids)[:, :, None, :length].float()  # [S, KVH, 1, L, D]
@@ -162,8 +168,8 @@ _COMPILED_LOCK = threading.Lock()  # engines step in worker threads
 
 def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
     """torch.compile of decode_graph, one per key of static shapes (model shape, cache length, dtypes), with
-    inductor's C++ wrapper (`cpp_wrapper`): the graph's ~100 kernel calls cost ~0.2 ms less per step than from its
-    Python wrapper (64 rows x 96 positions, tiny preset: 2.5-2.7 vs 2.75-2.9 ms), for about the same compile time.
+    inductor's C++ wrapper (`cpp_wrapper`): the graph makes a kernel call per op of every layer, and calls from C++
+    cost less per step than from the Python wrapper, for about the same compile time.
 
     Each key compiles a fresh copy of decode_graph's code object: dynamo keeps compiled graphs (and counts them
     against its recompile limit, beyond which it would run eagerly) per code object, so engines of different
@@ -232,7 +238,7 @@ def compiled_decode_forward(
     for t in (input_ids, positions, slot_ids, key_index):
         torch._dynamo.maybe_mark_dynamic(t, 0)
     for storage in (cache.key_storage, cache.value_storage):
-        torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: ~20% faster kernels)
+        torch._dynamo.maybe_mark_dynamic(storage, 1)  # slots (max_len stays static: faster kernels)
     inner = model.model
     fused = c_kernels.supports(inner.embed_tokens.weight.dtype, cache.dtype, cache.device)
     dims = graph_dims(model)._replace(kernel_threads=kernel_threads if fused else 0)

@@ -2,9 +2,9 @@
 as the custom op `torch.ops.native_engine.moe_experts` that the compiled decode graph calls per MoE layer (fp32 only,
 see `c_kernels.supports`; the graph uses `decode_step.routed_experts`' grouped matmuls otherwise).
 
-Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between (~185 us per layer for
-64 rows, tiny preset). The kernel groups the (row, k) pairs by expert with a counting sort, runs each expert's
-FFN as register-tiled matmuls (~130 us on one thread) and splits the experts over threads (~77 us on two).
+Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between, which dominates at decode
+batch sizes. The kernel groups the (row, k) pairs by expert with a counting sort, runs each expert's FFN as
+register-tiled matmuls and splits the experts over threads.
 """
 
 from __future__ import annotations
@@ -34,8 +34,17 @@ def moe_experts(
     split over `threads` threads (>= 1).
     Also the CPU implementation of the op `torch.ops.native_engine.moe_experts`, which the compiled graph calls."""
     f32 = torch.float32
-    check_tensors(_OP, (("x", x, f32, 2), ("h", h, f32, 2), ("ids", ids, torch.int64, 2), ("weights", weights, f32, 2),
-                        ("gate_up", gate_up, f32, 3), ("down", down, f32, 3)))  # fmt: skip
+    check_tensors(
+        _OP,
+        (
+            ("x", x, f32, 2),
+            ("h", h, f32, 2),
+            ("ids", ids, torch.int64, 2),
+            ("weights", weights, f32, 2),
+            ("gate_up", gate_up, f32, 3),
+            ("down", down, f32, 3),
+        ),
+    )
     check_threads(_OP, threads)
     rows, hidden = x.shape
     experts, inter = down.shape[:2]

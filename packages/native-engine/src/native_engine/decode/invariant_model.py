@@ -29,15 +29,23 @@ class InvariantCachedModel:
         return False
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, slot_ids: torch.Tensor, query_lens: list[int], cache: KVCache, *,
-                capture_routing: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        slot_ids: torch.Tensor,
+        query_lens: list[int],
+        cache: KVCache,
+        *,
+        capture_routing: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As `CachedModel.forward`: (logits of each chunk's last token [S, V] float32, expert ids of every input
         token [N, L_moe, K] or None)."""
         check_call_shape(self.model, input_ids, slot_ids, query_lens, cache)
         for slot, n in zip(slot_ids.tolist(), query_lens, strict=True):
             if cache.length(slot) + n > cache.max_len:
-                raise ValueError(f"slot {slot}: {cache.length(slot)} + {n} positions, expected <= max_len "
-                                 f"{cache.max_len}")  # fmt: skip
+                raise ValueError(
+                    f"slot {slot}: {cache.length(slot)} + {n} positions, expected <= max_len {cache.max_len}"
+                )
         last, rows = [], []
         offset = 0
         for slot, n in zip(slot_ids.tolist(), query_lens, strict=True):

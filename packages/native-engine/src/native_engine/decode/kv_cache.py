@@ -46,9 +46,6 @@ class KVCache:
         self._check_slot(slot)
         self.lengths[slot] = 0
 
-    def reset_all(self) -> None:
-        self.lengths.zero_()
-
     def length(self, slot: int) -> int:
         self._check_slot(slot)
         return int(self.lengths[slot])
@@ -64,6 +61,3 @@ class KVCache:
         layers = self.key_storage.shape[0]
         self.key_storage.view(layers, -1, head_dim)[:, rows] = new_keys.reshape(layers, -1, head_dim).to(self.dtype)
         self.value_storage.view(layers, -1, head_dim)[:, rows] = new_values.reshape(layers, -1, head_dim).to(self.dtype)
-
-    def memory_bytes(self) -> int:
-        return 2 * self.key_storage.numel() * self.key_storage.element_size()

@@ -19,11 +19,18 @@ class NativeRolloutEngine:
         model = load_pretrained(site.checkpoint_dir).to(getattr(torch, cfg.dtype))
         self.native = NativeEngine(
             model,
-            EngineConfig(max_slots=cfg.slots, max_len=site.max_len, seed=site.seed, compile_decode=cfg.compile_decode,
-                         kernel_threads=cfg.kernel_threads or site.threads(), step_delay_ms=cfg.step_delay_ms,
-                         cache_dtype=cfg.dtype, true_on_policy=site.true_on_policy,
-                         step_threads=site.cpu_threads or 1),
-        )  # fmt: skip
+            EngineConfig(
+                max_slots=cfg.slots,
+                max_len=site.max_len,
+                seed=site.seed,
+                compile_decode=cfg.compile_decode,
+                kernel_threads=cfg.kernel_threads or site.threads(),
+                step_delay_ms=cfg.step_delay_ms,
+                cache_dtype=cfg.dtype,
+                true_on_policy=site.true_on_policy,
+                step_threads=site.cpu_threads or 1,
+            ),
+        )
         self.engine: Engine = self.native
 
     async def push(self, weights: Mapping[str, torch.Tensor], version: int, mode: PauseMode) -> None:

@@ -38,9 +38,15 @@ SERVER_GUARD = Path(server_guard.__file__).resolve()  # run by vLLM's interprete
 def vllm_server_config(cfg: VLLMEngineConfig, site: EngineSite) -> VLLMServerConfig:
     """The server to launch (`cfg.python` empty: `.vllm-env/bin/python` found from the working directory)."""
     python = Path(cfg.python) if cfg.python else default_python()
-    return VLLMServerConfig(model=site.checkpoint_dir, python=python, max_model_len=site.max_len,
-                            max_num_seqs=min(cfg.max_num_seqs, VLLM_MAX_NUM_SEQS), seed=site.seed,
-                            startup_timeout_s=cfg.startup_timeout_s, dtype=cfg.dtype)  # fmt: skip
+    return VLLMServerConfig(
+        model=site.checkpoint_dir,
+        python=python,
+        max_model_len=site.max_len,
+        max_num_seqs=min(cfg.max_num_seqs, VLLM_MAX_NUM_SEQS),
+        seed=site.seed,
+        startup_timeout_s=cfg.startup_timeout_s,
+        dtype=cfg.dtype,
+    )
 
 
 def start_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:
@@ -58,8 +64,9 @@ def start_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [str(python), "-I", str(SERVER_GUARD), str(os.getpid()), *config.command(port)]
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=config.environment(),
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=config.environment(), start_new_session=True
+        )
     return VLLMServer(f"http://127.0.0.1:{port}", process=process, log_path=log_path)
 
 

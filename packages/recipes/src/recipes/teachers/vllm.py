@@ -26,9 +26,14 @@ def teacher_server_config(cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VL
     `--max-logprobs` raised to `teacher.top_k` when that is above vLLM's default (which would refuse the request;
     the vocabulary bounds top_k, `recipes.teacher.check_teacher`)."""
     python = Path(cfg.python) if cfg.python else default_python()
-    return VLLMServerConfig(model=site.checkpoint_dir, python=python, routing="none", max_model_len=site.max_len,
-                            startup_timeout_s=cfg.startup_timeout_s,
-                            extra_args=("--max-logprobs", str(max(VLLM_DEFAULT_MAX_LOGPROBS, site.top_k))))  # fmt: skip
+    return VLLMServerConfig(
+        model=site.checkpoint_dir,
+        python=python,
+        routing="none",
+        max_model_len=site.max_len,
+        startup_timeout_s=cfg.startup_timeout_s,
+        extra_args=("--max-logprobs", str(max(VLLM_DEFAULT_MAX_LOGPROBS, site.top_k))),
+    )
 
 
 class VLLMTeacherEngine:

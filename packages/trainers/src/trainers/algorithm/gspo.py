@@ -18,6 +18,14 @@ class GSPO(PolicyGradient):
 
     def policy_loss(self, x: LossInputs) -> LossOutputs:
         c = self.gspo
-        loss, metrics = gspo_loss(x.log_probs, x.old_log_probs, x.advantages, x.mask, clip_low=c.clip_low,
-                                  clip_high=c.clip_high, is_weights=x.is_weights, num_seqs=x.num_seqs)  # fmt: skip
+        loss, metrics = gspo_loss(
+            x.log_probs,
+            x.old_log_probs,
+            x.advantages,
+            x.mask,
+            clip_low=c.clip_low,
+            clip_high=c.clip_high,
+            is_weights=x.is_weights,
+            num_seqs=x.num_seqs,
+        )
         return split_metrics(loss, metrics)

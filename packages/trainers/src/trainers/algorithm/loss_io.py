@@ -43,5 +43,6 @@ class LossOutputs:
 
     def merged(self, other: LossOutputs) -> LossOutputs:
         """The sum of two losses (e.g. the policy loss and a KL term) with both sets of metrics."""
-        return LossOutputs(self.loss + other.loss, self.means | other.means, self.sums | other.sums,
-                           self.maxima | other.maxima)  # fmt: skip
+        return LossOutputs(
+            self.loss + other.loss, self.means | other.means, self.sums | other.sums, self.maxima | other.maxima
+        )

@@ -76,11 +76,19 @@ class OPD(PolicyGradient):
         out: LossOutputs | None = None
         if c.loss == "pg" or c.reward_coef > 0:
             loss, metrics = ppo_clip_loss(
-                x.log_probs, x.old_log_probs, x.advantages, x.mask, clip_low=c.clip_low, clip_high=c.clip_high,
-                dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None, agg_mode=self.agg_mode,
-                is_weights=x.is_weights, num_tokens=x.num_tokens, num_seqs=x.num_seqs,
+                x.log_probs,
+                x.old_log_probs,
+                x.advantages,
+                x.mask,
+                clip_low=c.clip_low,
+                clip_high=c.clip_high,
+                dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None,
+                agg_mode=self.agg_mode,
+                is_weights=x.is_weights,
+                num_tokens=x.num_tokens,
+                num_seqs=x.num_seqs,
                 loss_scale_factor=self.loss_scale_factor,
-            )  # fmt: skip
+            )
             out = split_metrics(loss, metrics)
         if c.loss == "pg":
             assert out is not None
@@ -91,9 +99,16 @@ class OPD(PolicyGradient):
             return distill if out is None else out.merged(distill)
         if x.ref_log_probs is None:
             raise ValueError(f"opd ({c.loss}): expected the teacher's log-probs (ref_log_probs), got None")
-        term, metrics = kl_loss(x.log_probs, x.ref_log_probs, x.mask, kind=c.loss, agg_mode=self.agg_mode,
-                                num_tokens=x.num_tokens, num_seqs=x.num_seqs,
-                                loss_scale_factor=self.loss_scale_factor)  # fmt: skip
+        term, metrics = kl_loss(
+            x.log_probs,
+            x.ref_log_probs,
+            x.mask,
+            kind=c.loss,
+            agg_mode=self.agg_mode,
+            num_tokens=x.num_tokens,
+            num_seqs=x.num_seqs,
+            loss_scale_factor=self.loss_scale_factor,
+        )
         distill = split_metrics(c.distill_coef * term, {f"opd/{k.split('/')[-1]}": v for k, v in metrics.items()})
         return distill if out is None else out.merged(distill)
 
@@ -102,15 +117,23 @@ class OPD(PolicyGradient):
         teacher's top-k distribution renormalised over its valid entries (>= 0; 0 where the student matches
         the teacher's top-k). Aggregated like the policy loss over loss tokens."""
         if x.top_k_log_probs is None or x.teacher_top_k is None:
-            raise ValueError("opd (topk_fkl): expected the teacher's top-k and the student's log-probs at those ids, "
-                             "got none (teacher.top_k must be > 0)")  # fmt: skip
+            raise ValueError(
+                "opd (topk_fkl): expected the teacher's top-k and the student's log-probs at those ids, "
+                "got none (teacher.top_k must be > 0)"
+            )
         teacher, valid = x.teacher_top_k
         student = x.top_k_log_probs
         masked = teacher.masked_fill(~valid, float("-inf"))
         log_q = masked - torch.logsumexp(masked, dim=-1, keepdim=True)  # [b, t, K]; -inf where invalid
         q = log_q.exp().nan_to_num(0.0)  # rows without a valid entry: q = 0
         per_token = (q * (log_q.nan_to_num(0.0, neginf=0.0) - student)).sum(-1)  # [b, t]
-        loss = aggregate(per_token, x.mask, self.agg_mode, num_tokens=x.num_tokens, num_seqs=x.num_seqs,
-                         loss_scale_factor=self.loss_scale_factor)  # fmt: skip
+        loss = aggregate(
+            per_token,
+            x.mask,
+            self.agg_mode,
+            num_tokens=x.num_tokens,
+            num_seqs=x.num_seqs,
+            loss_scale_factor=self.loss_scale_factor,
+        )
         mass = (student.detach().exp() * valid).sum(-1)  # the student's probability on the teacher's top-k
         return loss, {"opd/fkl_loss": loss.detach(), "opd/student_top_k_mass": _masked_mean(mass, x.mask)}

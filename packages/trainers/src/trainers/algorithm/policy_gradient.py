@@ -25,10 +25,13 @@ def correction_of(cfg: CorrectionConfig) -> RolloutCorrectionConfig | None:
         return RatioBounds(values[0], values[1]) if values else None
 
     return RolloutCorrectionConfig(
-        is_level=None if cfg.is_level == "off" else ISLevel(cfg.is_level), is_cap=cfg.is_cap or None,
-        is_band=band(cfg.is_band), reject_token=band(cfg.reject_token), reject_seq_sum=band(cfg.reject_seq_sum),
+        is_level=None if cfg.is_level == "off" else ISLevel(cfg.is_level),
+        is_cap=cfg.is_cap or None,
+        is_band=band(cfg.is_band),
+        reject_token=band(cfg.reject_token),
+        reject_seq_sum=band(cfg.reject_seq_sum),
         reject_seq_mean=band(cfg.reject_seq_mean),
-    )  # fmt: skip
+    )
 
 
 def split_metrics(loss: torch.Tensor, metrics: dict[str, torch.Tensor]) -> LossOutputs:
@@ -69,8 +72,9 @@ class PolicyGradient(ABC):
             raise ValueError(f"{self.name}: a KL reward penalty needs ref_log_probs, got None")
         policy = batch.rollout_log_probs if old_log_probs is None else old_log_probs.cpu()
         outcome = outcome_token_rewards(batch.rewards, batch.response_mask)
-        rewards, metrics = kl_penalty_rewards(outcome, policy, ref_log_probs.cpu(), batch.response_mask,
-                                              kl.estimator, kl.coef)  # fmt: skip
+        rewards, metrics = kl_penalty_rewards(
+            outcome, policy, ref_log_probs.cpu(), batch.response_mask, kl.estimator, kl.coef
+        )
         adv = token_advantages(cfg.advantage, batch, token_rewards=rewards, gamma=cfg.gamma, lam=cfg.lam)
         return Advantages(adv.tokens, adv.per_sample, metrics)
 
@@ -85,7 +89,14 @@ class PolicyGradient(ABC):
             return out
         if inputs.ref_log_probs is None:
             raise ValueError(f"{self.name}: a KL loss term needs ref_log_probs, got None")
-        term, metrics = kl_loss(inputs.log_probs, inputs.ref_log_probs, inputs.mask, kind=kl.estimator,
-                                agg_mode=self.agg_mode, num_tokens=inputs.num_tokens, num_seqs=inputs.num_seqs,
-                                loss_scale_factor=self.loss_scale_factor)  # fmt: skip
+        term, metrics = kl_loss(
+            inputs.log_probs,
+            inputs.ref_log_probs,
+            inputs.mask,
+            kind=kl.estimator,
+            agg_mode=self.agg_mode,
+            num_tokens=inputs.num_tokens,
+            num_seqs=inputs.num_seqs,
+            loss_scale_factor=self.loss_scale_factor,
+        )
         return out.merged(split_metrics(kl.coef * term, metrics))

@@ -19,8 +19,17 @@ class PPO(PolicyGradient):
     def policy_loss(self, x: LossInputs) -> LossOutputs:
         c = self.ppo
         loss, metrics = ppo_clip_loss(
-            x.log_probs, x.old_log_probs, x.advantages, x.mask, clip_low=c.clip_low, clip_high=c.clip_high,
-            dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None, agg_mode=self.agg_mode, is_weights=x.is_weights,
-            num_tokens=x.num_tokens, num_seqs=x.num_seqs, loss_scale_factor=self.loss_scale_factor,
-        )  # fmt: skip
+            x.log_probs,
+            x.old_log_probs,
+            x.advantages,
+            x.mask,
+            clip_low=c.clip_low,
+            clip_high=c.clip_high,
+            dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None,
+            agg_mode=self.agg_mode,
+            is_weights=x.is_weights,
+            num_tokens=x.num_tokens,
+            num_seqs=x.num_seqs,
+            loss_scale_factor=self.loss_scale_factor,
+        )
         return split_metrics(loss, metrics)

@@ -83,23 +83,37 @@ class TorchBackendConfig:
     )
     experts_kernel: Literal["padded", "looped"] = _help(
         "the routed experts' path under autograd: padded (batched matmuls over a zero-padded buffer) or looped (a "
-        "matmul pair per expert: 1.1-1.3x faster train steps on CPU); they agree to float rounding, not bit for bit",
+        "matmul pair per expert, no padding: faster train steps on CPU); they agree to float rounding, not bit for bit",
         "looped",
     )
 
     def build(
-        self, model: MoEForCausalLM, optim: OptimConfig, *, temperature: float,
-        reference: MoEForCausalLM | None = None, data_parallel: DataParallel | None = None,
-        total_steps: int | None = None, true_on_policy: bool = False,
-    ) -> TrainingBackend:  # fmt: skip
+        self,
+        model: MoEForCausalLM,
+        optim: OptimConfig,
+        *,
+        temperature: float,
+        reference: MoEForCausalLM | None = None,
+        data_parallel: DataParallel | None = None,
+        total_steps: int | None = None,
+        true_on_policy: bool = False,
+    ) -> TrainingBackend:
         """`total_steps`: the run's optimiser steps (the cosine schedule's horizon); `true_on_policy`: the forward
         is the engine's invariant one (`numerics.true_on_policy`)."""
         from trainers.backend.torch_backend import TorchBackend
 
-        return TorchBackend(model, optim, temperature=temperature, device=self.device, reference=reference,
-                            data_parallel=data_parallel, total_steps=total_steps,
-                            compute_dtype=self.compute_dtype, true_on_policy=true_on_policy,
-                            experts_kernel=self.experts_kernel)  # fmt: skip
+        return TorchBackend(
+            model,
+            optim,
+            temperature=temperature,
+            device=self.device,
+            reference=reference,
+            data_parallel=data_parallel,
+            total_steps=total_steps,
+            compute_dtype=self.compute_dtype,
+            true_on_policy=true_on_policy,
+            experts_kernel=self.experts_kernel,
+        )
 
 
 RANKS_HELP = (
@@ -130,14 +144,30 @@ class VeOmniBackendConfig:
 
         check_installed()
 
-    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
-                   seed: int, data_parallel: DataParallel | None, device: torch.device,
-                   reference: bool) -> TrainingBackend:  # fmt: skip
+    def build_rank(
+        self,
+        checkpoint_dir: str,
+        optim: OptimConfig,
+        *,
+        temperature: float,
+        total_steps: int,
+        seed: int,
+        data_parallel: DataParallel | None,
+        device: torch.device,
+        reference: bool,
+    ) -> TrainingBackend:
         from trainers.backend.veomni.backend import VeOmniBackend
 
-        return VeOmniBackend(checkpoint_dir, optim, temperature=temperature, data_parallel=data_parallel,
-                             reference=reference, total_steps=total_steps, compute_dtype=self.compute_dtype,
-                             device=str(device))  # fmt: skip
+        return VeOmniBackend(
+            checkpoint_dir,
+            optim,
+            temperature=temperature,
+            data_parallel=data_parallel,
+            reference=reference,
+            total_steps=total_steps,
+            compute_dtype=self.compute_dtype,
+            device=str(device),
+        )
 
 
 @dataclass
@@ -159,22 +189,41 @@ class MegatronBackendConfig:
     def __post_init__(self) -> None:
         _positive_ints(self, "ranks", "expert_parallel", "torch_threads")
         if self.ranks % self.expert_parallel:
-            raise ValueError(f"backend.expert_parallel: expected a divisor of backend.ranks ({self.ranks}), got "
-                             f"{self.expert_parallel}")  # fmt: skip
+            raise ValueError(
+                f"backend.expert_parallel: expected a divisor of backend.ranks ({self.ranks}), got "
+                f"{self.expert_parallel}"
+            )
 
     def check_installed(self) -> None:
         from trainers.backend.megatron.install import check_installed
 
         check_installed()
 
-    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
-                   seed: int, data_parallel: DataParallel | None, device: torch.device,
-                   reference: bool) -> TrainingBackend:  # fmt: skip
+    def build_rank(
+        self,
+        checkpoint_dir: str,
+        optim: OptimConfig,
+        *,
+        temperature: float,
+        total_steps: int,
+        seed: int,
+        data_parallel: DataParallel | None,
+        device: torch.device,
+        reference: bool,
+    ) -> TrainingBackend:
         from trainers.backend.megatron.backend import MegatronBackend
 
-        return MegatronBackend(checkpoint_dir, optim, temperature=temperature, data_parallel=data_parallel,
-                               expert_parallel=self.expert_parallel, reference=reference, total_steps=total_steps,
-                               device=device, seed=seed)  # fmt: skip
+        return MegatronBackend(
+            checkpoint_dir,
+            optim,
+            temperature=temperature,
+            data_parallel=data_parallel,
+            expert_parallel=self.expert_parallel,
+            reference=reference,
+            total_steps=total_steps,
+            device=device,
+            seed=seed,
+        )
 
 
 def _positive_ints(cfg: object, *names: str) -> None:
@@ -196,9 +245,18 @@ class RankedBackendConfig(Protocol):
 
     def check_installed(self) -> None: ...
 
-    def build_rank(self, checkpoint_dir: str, optim: OptimConfig, *, temperature: float, total_steps: int,
-                   seed: int, data_parallel: DataParallel | None, device: torch.device,
-                   reference: bool) -> TrainingBackend: ...  # fmt: skip
+    def build_rank(
+        self,
+        checkpoint_dir: str,
+        optim: OptimConfig,
+        *,
+        temperature: float,
+        total_steps: int,
+        seed: int,
+        data_parallel: DataParallel | None,
+        device: torch.device,
+        reference: bool,
+    ) -> TrainingBackend: ...
 
 
 BackendConfig = TorchBackendConfig | VeOmniBackendConfig | MegatronBackendConfig

@@ -19,8 +19,9 @@ RNG_KEY = "rng.torch"
 class OptimisedModule:
     """`total_steps`: the run's optimiser steps (a cosine schedule's horizon; None only with a constant one)."""
 
-    def __init__(self, model: torch.nn.Module, optim: OptimConfig | None, *, version: int = 0,
-                 total_steps: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, model: torch.nn.Module, optim: OptimConfig | None, *, version: int = 0, total_steps: int | None = None
+    ) -> None:
         optim = optim or OptimConfig()
         optim.lr_at(0, total_steps)  # a cosine schedule without its horizon fails here, not at the first step
         self.total_steps = total_steps
@@ -33,9 +34,11 @@ class OptimisedModule:
     def build_optimizer(self) -> None:
         """Creates AdamW over the module's parameters as they are now (after any sharding)."""
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.optim.lr_at(0, self.total_steps),
-            betas=(self.optim.beta1, self.optim.beta2), weight_decay=self.optim.weight_decay,
-        )  # fmt: skip
+            self.model.parameters(),
+            lr=self.optim.lr_at(0, self.total_steps),
+            betas=(self.optim.beta1, self.optim.beta2),
+            weight_decay=self.optim.weight_decay,
+        )
 
     @property
     def version(self) -> int:

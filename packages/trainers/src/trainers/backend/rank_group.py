@@ -43,8 +43,9 @@ class RankGroup:
     """Implements `trainers.step_runner.StepRunner`. Rank 0's torch RNG is the checkpoint's `rng.torch`, rank r's is
     `rng.torch.rank<r>`."""
 
-    def __init__(self, spec: StepSpec, processes: list[mp.process.BaseProcess], conns: list[Connection],
-                 version: int, kind: str) -> None:  # fmt: skip
+    def __init__(
+        self, spec: StepSpec, processes: list[mp.process.BaseProcess], conns: list[Connection], version: int, kind: str
+    ) -> None:
         self.spec, self.processes, self.conns, self.kind = spec, processes, conns, kind
         self._version = version
         self._model: MoEForCausalLM | None = None
@@ -60,8 +61,12 @@ class RankGroup:
         processes, conns = [], []
         for rank in range(cfg.ranks):
             ours, theirs = ctx.Pipe()
-            p = ctx.Process(target=rank_main, args=(RankArgs(rank, cfg.ranks, port, cfg, spec), theirs),
-                            name=f"{cfg.kind}-rank{rank}", daemon=True)  # fmt: skip
+            p = ctx.Process(
+                target=rank_main,
+                args=(RankArgs(rank, cfg.ranks, port, cfg, spec), theirs),
+                name=f"{cfg.kind}-rank{rank}",
+                daemon=True,
+            )
             p.start()
             theirs.close()
             processes.append(p)
@@ -131,8 +136,10 @@ class RankGroup:
             weights, self._model_version = self.export_weights()
             missing, unexpected = self._model.load_state_dict(weights, strict=False)
             if unexpected or set(missing) - {"lm_head.weight"}:  # only a tied lm_head is not exported
-                raise ValueError(f"RankGroup.policy_model: the ranks' weights do not fit our model: missing "
-                                 f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")  # fmt: skip
+                raise ValueError(
+                    f"RankGroup.policy_model: the ranks' weights do not fit our model: missing "
+                    f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
+                )
         return self._model
 
     def state_dict(self) -> BackendState:

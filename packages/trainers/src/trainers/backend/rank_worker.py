@@ -92,16 +92,27 @@ def _build(args: RankArgs) -> tuple[TrainingBackend, Algorithm]:
     cuda = args.cfg.device == "cuda"
     if cuda:
         torch.cuda.set_device(args.rank)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{args.port}",
-                            rank=args.rank, world_size=args.world_size)  # fmt: skip
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"tcp://127.0.0.1:{args.port}",
+        rank=args.rank,
+        world_size=args.world_size,
+    )
     device = torch.device("cuda", args.rank) if cuda else torch.device("cpu")
     dp = DataParallel(args.rank, args.world_size, device) if args.world_size > 1 else None
     spec = args.spec
     torch.manual_seed(spec.seed)
     algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
-    backend = args.cfg.build_rank(spec.checkpoint_dir, spec.optim, temperature=spec.temperature,
-                                  total_steps=spec.total_steps, seed=spec.seed, data_parallel=dp, device=device,
-                                  reference=algorithm.needs_reference)  # fmt: skip
+    backend = args.cfg.build_rank(
+        spec.checkpoint_dir,
+        spec.optim,
+        temperature=spec.temperature,
+        total_steps=spec.total_steps,
+        seed=spec.seed,
+        data_parallel=dp,
+        device=device,
+        reference=algorithm.needs_reference,
+    )
     return backend, algorithm
 
 

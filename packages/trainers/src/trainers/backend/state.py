@@ -50,8 +50,9 @@ class BackendState:
             save_file(tensors, str(out / TENSORS_FILE))
         except SafetensorError as exc:  # its I/O errors (a full disk) are not OSErrors: give callers one
             code = re.search(r"os error (\d+)", str(exc))
-            raise OSError(int(code.group(1)) if code else None,
-                          f"BackendState.save: writing {out / TENSORS_FILE} failed: {exc}") from exc  # fmt: skip
+            raise OSError(
+                int(code.group(1)) if code else None, f"BackendState.save: writing {out / TENSORS_FILE} failed: {exc}"
+            ) from exc
         meta = {
             "format": FORMAT_VERSION,
             "version": self.version,

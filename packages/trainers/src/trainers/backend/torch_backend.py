@@ -36,11 +36,21 @@ class TorchBackend(OptimisedModule):
     """Implements `trainers.backend.TrainingBackend`. `reference`: a frozen copy of the base policy (for a KL term),
     kept on the same device, never trained."""
 
-    def __init__(self, model: MoEForCausalLM, optim: OptimConfig | None = None, *, temperature: float = 1.0,
-                 device: str = "auto", reference: MoEForCausalLM | None = None, version: int = 0,
-                 data_parallel: DataParallel | None = None, total_steps: int | None = None,
-                 compute_dtype: str = "float32", true_on_policy: bool = False,
-                 experts_kernel: str = "padded") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: MoEForCausalLM,
+        optim: OptimConfig | None = None,
+        *,
+        temperature: float = 1.0,
+        device: str = "auto",
+        reference: MoEForCausalLM | None = None,
+        version: int = 0,
+        data_parallel: DataParallel | None = None,
+        total_steps: int | None = None,
+        compute_dtype: str = "float32",
+        true_on_policy: bool = False,
+        experts_kernel: str = "padded",
+    ) -> None:
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         self._device = resolve_device(device)
@@ -51,8 +61,10 @@ class TorchBackend(OptimisedModule):
             raise ValueError(f"TorchBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
         self.compute_dtype = compute_dtype
         if true_on_policy and (compute_dtype != "float32" or data_parallel is not None):
-            raise ValueError("TorchBackend.true_on_policy: expected fp32 compute in one process, got "
-                             f"{compute_dtype} {'with' if data_parallel else 'without'} data parallelism")  # fmt: skip
+            raise ValueError(
+                "TorchBackend.true_on_policy: expected fp32 compute in one process, got "
+                f"{compute_dtype} {'with' if data_parallel else 'without'} data parallelism"
+            )
         self.true_on_policy = true_on_policy
         self.dp = data_parallel
         self.reference = None
@@ -76,8 +88,9 @@ class TorchBackend(OptimisedModule):
         return self.dp
 
     # ------------------------------------------------------------------ forward
-    def _forward(self, model: MoEForCausalLM, micro: TrainBatch, replay: bool,
-                 top_k: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def _forward(
+        self, model: MoEForCausalLM, micro: TrainBatch, replay: bool, top_k: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, t-1] log-probs, [b, t-1, K] log-probs of the teacher's top-k ids when `top_k` and the batch has
         them, else None)."""
         micro = micro.to(self._device)
@@ -91,8 +104,9 @@ class TorchBackend(OptimisedModule):
         at_ids = micro.teacher_top_ids if top_k else None
         bf16 = self.compute_dtype == "bfloat16"
         with torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
-            log_probs, at, _ = model.token_log_probs_at(micro.input_ids, micro.attention_mask, at_ids,
-                                                        temperature=self.temperature, replay=routing)  # fmt: skip
+            log_probs, at, _ = model.token_log_probs_at(
+                micro.input_ids, micro.attention_mask, at_ids, temperature=self.temperature, replay=routing
+            )
         return log_probs.float(), None if at is None else at.float()
 
     def _invariant_forward(self, model: MoEForCausalLM, micro: TrainBatch, top_k: bool) -> torch.Tensor:

@@ -33,8 +33,9 @@ def flow_advantages(rewards: np.ndarray, groups: np.ndarray, cfg: FlowGRPOConfig
     rewards = np.asarray(rewards, dtype=np.float64)
     groups = np.asarray(groups)
     if rewards.shape != groups.shape or rewards.ndim != 1:
-        raise ValueError(f"flow_advantages: expected rewards and groups of one shape [N], got {rewards.shape} and "
-                         f"{groups.shape}")  # fmt: skip
+        raise ValueError(
+            f"flow_advantages: expected rewards and groups of one shape [N], got {rewards.shape} and {groups.shape}"
+        )
     if not np.all(np.isfinite(rewards)):
         raise ValueError("flow_advantages: expected finite rewards, got NaN or inf")
     out = np.zeros_like(rewards)
@@ -51,8 +52,11 @@ def flow_advantages(rewards: np.ndarray, groups: np.ndarray, cfg: FlowGRPOConfig
             centred = centred / (std + cfg.std_eps)
         out[rows] = centred
     if singletons:
-        warnings.warn(f"flow_advantages: {singletons} group(s) of one sample get advantage 0 (nothing to compare "
-                      "with); use samples_per_prompt >= 2", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"flow_advantages: {singletons} group(s) of one sample get advantage 0 (nothing to compare "
+            "with); use samples_per_prompt >= 2",
+            stacklevel=2,
+        )
     clipped = np.clip(out, -cfg.adv_clip_max, cfg.adv_clip_max)
     return FlowAdvantages(clipped.astype(np.float32), singletons)
 

@@ -55,8 +55,10 @@ class FlowGRPOConfig:
         if self.ddof not in (0, 1):
             raise ValueError(f"algorithm.ddof: expected 0 or 1, got {self.ddof}")
         if not self.std_eps >= 0 or not self.adv_clip_max > 0 or not self.beta >= 0:
-            raise ValueError(f"algorithm: expected std_eps >= 0, adv_clip_max > 0, beta >= 0, got {self.std_eps}, "
-                             f"{self.adv_clip_max}, {self.beta}")  # fmt: skip
+            raise ValueError(
+                f"algorithm: expected std_eps >= 0, adv_clip_max > 0, beta >= 0, got {self.std_eps}, "
+                f"{self.adv_clip_max}, {self.beta}"
+            )
         if not self.behaviour_weight_cap > 0:
             raise ValueError(f"algorithm.behaviour_weight_cap: expected > 0, got {self.behaviour_weight_cap}")
         if self.clip_eps is not None and not 0 < self.clip_eps < 1:

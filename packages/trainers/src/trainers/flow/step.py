@@ -52,8 +52,9 @@ class _OldPolicy:
     weights: torch.Tensor | None
 
 
-def _old_policy(backend: FlowBackend, cfg: FlowGRPOConfig, rollout: FlowRollout, sampled_by: int,
-                metrics: StepMetrics) -> _OldPolicy:  # fmt: skip
+def _old_policy(
+    backend: FlowBackend, cfg: FlowGRPOConfig, rollout: FlowRollout, sampled_by: int, metrics: StepMetrics
+) -> _OldPolicy:
     """The rollout's log-probs for a fresh batch (the recompute equals them) or with `old_policy rollout`; else
     the trainer's recompute under its weights before the update, with truncated behaviour weights."""
     if sampled_by == backend.version or cfg.old_policy == "rollout":
@@ -61,14 +62,27 @@ def _old_policy(backend: FlowBackend, cfg: FlowGRPOConfig, rollout: FlowRollout,
     recomputed = backend.log_probs(rollout)
     raw = torch.exp(recomputed - rollout.log_probs)
     weights = torch.clamp(raw, max=cfg.behaviour_weight_cap)
-    metrics.add({"actor/behaviour_weight": float(weights.mean()),
-                 "actor/behaviour_weight_capped": float((raw > cfg.behaviour_weight_cap).float().mean())})  # fmt: skip
+    metrics.add(
+        {
+            "actor/behaviour_weight": float(weights.mean()),
+            "actor/behaviour_weight_capped": float((raw > cfg.behaviour_weight_cap).float().mean()),
+        }
+    )
     return _OldPolicy(recomputed, weights)
 
 
-def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, old: _OldPolicy, rows: np.ndarray,
-            cfg: FlowGRPOConfig, clip_eps: float, micro_size: int, metrics: StepMetrics,
-            step: int) -> None:  # fmt: skip
+def _update(
+    backend: FlowBackend,
+    rollout: FlowRollout,
+    adv: torch.Tensor,
+    old: _OldPolicy,
+    rows: np.ndarray,
+    cfg: FlowGRPOConfig,
+    clip_eps: float,
+    micro_size: int,
+    metrics: StepMetrics,
+    step: int,
+) -> None:
     """One optimiser step on `rows`."""
     backend.zero_grad()
     total = torch.zeros((), dtype=torch.float64)
@@ -82,20 +96,31 @@ def _update(backend: FlowBackend, rollout: FlowRollout, adv: torch.Tensor, old: 
 
         for k in range(len(rollout.window)):
             weights = None if old.weights is None else old.weights[index, k]
-            out = backend.forward_backward(micro, k, old.log_probs[index, k], adv[index], float(len(rows)), loss_fn,
-                                           weights)  # fmt: skip
+            out = backend.forward_backward(
+                micro, k, old.log_probs[index, k], adv[index], float(len(rows)), loss_fn, weights
+            )
             metrics.add_micro(out, float(len(sub)))
             total = total + out.loss.double()
     if not torch.isfinite(total):
-        raise NonFiniteError(f"step {step}: actor/loss is {float(total)}, expected a finite number; no optimiser "
-                             "step was taken", metric="actor/loss", step=step)  # fmt: skip
+        raise NonFiniteError(
+            f"step {step}: actor/loss is {float(total)}, expected a finite number; no optimiser step was taken",
+            metric="actor/loss",
+            step=step,
+        )
     metrics.add_step(backend.optimizer_step())
 
 
 def flow_train_step(
-    backend: FlowBackend, cfg: FlowGRPOConfig, loop: FlowTrainConfig, rollout: FlowRollout, rewards: np.ndarray,
-    groups: np.ndarray, *, sampled_by: int, seed: int,
-) -> FlowStepResult:  # fmt: skip
+    backend: FlowBackend,
+    cfg: FlowGRPOConfig,
+    loop: FlowTrainConfig,
+    rollout: FlowRollout,
+    rewards: np.ndarray,
+    groups: np.ndarray,
+    *,
+    sampled_by: int,
+    seed: int,
+) -> FlowStepResult:
     """`sampled_by`: the weight version that sampled `rollout` (the mismatch is measured when it is the
     backend's). Advances the backend's version by one."""
     step = backend.version + 1
@@ -116,10 +141,15 @@ def flow_train_step(
                 _update(backend, rollout, adv, old, part, cfg, clip_eps, loop.micro_batch_size, metrics, step)
     else:
         metrics.add_count("actor/skipped_all_zero_advantage")
-    metrics.add({
-        "adv/mean": float(result.values.mean()), "adv/std": float(result.values.std()),
-        "adv/zero_frac": float(np.mean(result.values == 0)), "adv/singleton_groups": float(result.singleton_groups),
-        "actor/trained_samples": float(len(rows)), "actor/lr": backend.learning_rate,
-    })  # fmt: skip
+    metrics.add(
+        {
+            "adv/mean": float(result.values.mean()),
+            "adv/std": float(result.values.std()),
+            "adv/zero_frac": float(np.mean(result.values == 0)),
+            "adv/singleton_groups": float(result.singleton_groups),
+            "actor/trained_samples": float(len(rows)),
+            "actor/lr": backend.learning_rate,
+        }
+    )
     backend.advance_version()
     return FlowStepResult(metrics.result(step=step), result.values)

@@ -42,14 +42,16 @@ def init_parallel(world_size: int, expert_parallel: int, device: torch.device, s
         got = dist.get_world_size() if dist.is_initialized() else "none"
         raise RuntimeError(f"megatron backend: expected an initialised process group of {world_size} ranks, got {got}")
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1,
-                                                 expert_model_parallel_size=expert_parallel)  # fmt: skip
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1, expert_model_parallel_size=expert_parallel
+        )
         if device.type == "cuda":
             tensor_parallel.model_parallel_cuda_manual_seed(seed)  # the RNG tracker attention forks (compat 2)
     elif parallel_state.get_expert_model_parallel_world_size() != expert_parallel:
         got = parallel_state.get_expert_model_parallel_world_size()
-        raise RuntimeError(f"megatron backend: expected expert parallel {expert_parallel}, got Megatron initialised "
-                           f"with {got}")  # fmt: skip
+        raise RuntimeError(
+            f"megatron backend: expected expert parallel {expert_parallel}, got Megatron initialised with {got}"
+        )
 
 
 class MegatronBackend(OptimisedModule):
@@ -57,10 +59,19 @@ class MegatronBackend(OptimisedModule):
     (None: one process). `reference`: also build a frozen copy of the base weights (for a KL term), split the same
     way."""
 
-    def __init__(self, checkpoint_dir: str, optim: OptimConfig | None = None, *, temperature: float = 1.0,
-                 data_parallel: DataParallel | None = None, expert_parallel: int = 1, reference: bool = False,
-                 total_steps: int | None = None, device: torch.device | str = "cpu",
-                 seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        optim: OptimConfig | None = None,
+        *,
+        temperature: float = 1.0,
+        data_parallel: DataParallel | None = None,
+        expert_parallel: int = 1,
+        reference: bool = False,
+        total_steps: int | None = None,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
         if not temperature > 0:
             raise ValueError(f"MegatronBackend: expected temperature > 0, got {temperature}")
         self.dp = data_parallel
@@ -96,8 +107,9 @@ class MegatronBackend(OptimisedModule):
         return self.dp
 
     # ------------------------------------------------------------------ forward
-    def _forward(self, model: torch.nn.Module, replays: list, micro: TrainBatch, replay: bool,
-                 top_k: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def _forward(
+        self, model: torch.nn.Module, replays: list, micro: TrainBatch, replay: bool, top_k: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them)."""
         micro = micro.to(self._device)
         b, t = micro.input_ids.shape

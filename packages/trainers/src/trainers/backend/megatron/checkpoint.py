@@ -65,11 +65,15 @@ class MegatronState:
     def load(self, state: BackendState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if state.optimizer_param_names != self.names:
             got = state.optimizer_param_names
-            raise ValueError(f"load_state_dict: expected optimiser parameters {self.names[:3]}..., got {got[:3]}... "
-                             f"({len(got)} names)")  # fmt: skip
+            raise ValueError(
+                f"load_state_dict: expected optimiser parameters {self.names[:3]}..., got {got[:3]}... "
+                f"({len(got)} names)"
+            )
         if RNG_KEY not in state.tensors or len(state.optimizer_groups) != 1:
-            raise ValueError(f"load_state_dict: expected {RNG_KEY!r} and one optimiser group, got "
-                             f"{RNG_KEY in state.tensors} and {len(state.optimizer_groups)} groups")  # fmt: skip
+            raise ValueError(
+                f"load_state_dict: expected {RNG_KEY!r} and one optimiser group, got "
+                f"{RNG_KEY in state.tensors} and {len(state.optimizer_groups)} groups"
+            )
         named = dict(model.named_parameters())
         weights = self._local({n: state.tensors[f"model.{n}"] for n in self.names})
         with torch.no_grad():
@@ -77,8 +81,10 @@ class MegatronState:
                 p.copy_(weights[name])
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         if f"optim.0.{MOMENTS[0]}" in state.tensors:
-            moments = {key: self._local({n: state.tensors[f"optim.{i}.{key}"] for i, n in enumerate(self.names)})
-                       for key in MOMENTS}  # fmt: skip
+            moments = {
+                key: self._local({n: state.tensors[f"optim.{i}.{key}"] for i, n in enumerate(self.names)})
+                for key in MOMENTS
+            }
             step = state.tensors["optim.0.step"]
             for j, (name, p) in enumerate(named.items()):
                 entry = {key: moments[key][name].to(p.device, copy=True) for key in MOMENTS}

@@ -29,8 +29,11 @@ ONE_TO_ONE = {  # per layer: HF suffix -> Megatron suffix
     "self_attn.k_norm.weight": "self_attention.k_layernorm.weight",
     "mlp.gate.weight": "mlp.router.weight",
 }
-GLOBAL = {"model.embed_tokens.weight": "embedding.word_embeddings.weight", "model.norm.weight":
-          "decoder.final_layernorm.weight", "lm_head.weight": "output_layer.weight"}  # fmt: skip
+GLOBAL = {
+    "model.embed_tokens.weight": "embedding.word_embeddings.weight",
+    "model.norm.weight": "decoder.final_layernorm.weight",
+    "lm_head.weight": "output_layer.weight",
+}
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,10 @@ class Shape:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"heads: expected a multiple of the kv heads, got {self.num_heads}, {self.num_kv_heads}")
         if self.ep_size < 1 or self.num_experts % self.ep_size or not 0 <= self.ep_rank < self.ep_size:
-            raise ValueError(f"expert parallel: expected ep_size dividing {self.num_experts} and 0 <= ep_rank < "
-                             f"ep_size, got ep_size {self.ep_size}, ep_rank {self.ep_rank}")  # fmt: skip
+            raise ValueError(
+                f"expert parallel: expected ep_size dividing {self.num_experts} and 0 <= ep_rank < "
+                f"ep_size, got ep_size {self.ep_size}, ep_rank {self.ep_rank}"
+            )
 
     @property
     def local_experts(self) -> range:

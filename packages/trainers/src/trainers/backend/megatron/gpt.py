@@ -22,8 +22,15 @@ from trainers.backend.megatron.convert import Shape, hf_to_megatron
 
 
 def shape_of(cfg: MoEConfig, *, ep_size: int = 1, ep_rank: int = 0) -> Shape:
-    return Shape(cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
-                 cfg.num_experts, ep_size, ep_rank)  # fmt: skip
+    return Shape(
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.num_experts,
+        ep_size,
+        ep_rank,
+    )
 
 
 def transformer_config(cfg: MoEConfig) -> TransformerConfig:
@@ -34,17 +41,36 @@ def transformer_config(cfg: MoEConfig) -> TransformerConfig:
             f"tie_word_embeddings={cfg.tie_word_embeddings}, norm_topk_prob={cfg.norm_topk_prob}"
         )
     tc = TransformerConfig(
-        num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
-        num_query_groups=cfg.num_key_value_heads, kv_channels=cfg.head_dim, ffn_hidden_size=cfg.intermediate_size,
-        num_moe_experts=cfg.num_experts, moe_router_topk=cfg.num_experts_per_tok,
-        moe_ffn_hidden_size=cfg.moe_intermediate_size, normalization="RMSNorm", layernorm_epsilon=cfg.rms_norm_eps,
-        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, qk_layernorm=True,
-        use_cpu_initialization=True, params_dtype=torch.float32, hidden_dropout=0.0, attention_dropout=0.0,
-        moe_token_dispatcher_type="allgather", moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-        moe_router_score_function="softmax", moe_router_pre_softmax=False, persist_layer_norm=False,
-        bias_activation_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
+        num_layers=cfg.num_hidden_layers,
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        num_query_groups=cfg.num_key_value_heads,
+        kv_channels=cfg.head_dim,
+        ffn_hidden_size=cfg.intermediate_size,
+        num_moe_experts=cfg.num_experts,
+        moe_router_topk=cfg.num_experts_per_tok,
+        moe_ffn_hidden_size=cfg.moe_intermediate_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=cfg.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        qk_layernorm=True,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        moe_token_dispatcher_type="allgather",
+        moe_router_load_balancing_type="none",
+        moe_aux_loss_coeff=0.0,
+        moe_router_score_function="softmax",
+        moe_router_pre_softmax=False,
+        persist_layer_norm=False,
+        bias_activation_fusion=False,
+        apply_rope_fusion=False,
+        masked_softmax_fusion=False,
         gradient_accumulation_fusion=False,
-    )  # fmt: skip
+    )
     compat.check_no_dropout(tc)
     return tc
 
@@ -54,11 +80,18 @@ def build_gpt(cfg: MoEConfig, hf_state: Mapping[str, torch.Tensor], *, ep_size: 
     `expert_model_parallel_size=ep_size`)."""
     compat.install()
     tc = transformer_config(cfg)
-    spec = get_gpt_layer_local_spec(num_experts=cfg.num_experts, moe_grouped_gemm=False, qk_layernorm=True,
-                                    normalization="RMSNorm")  # fmt: skip
-    model = GPTModel(config=tc, transformer_layer_spec=spec, vocab_size=cfg.vocab_size,
-                     max_sequence_length=cfg.max_position_embeddings, position_embedding_type="rope",
-                     rotary_base=int(cfg.rope_theta), share_embeddings_and_output_weights=False)  # fmt: skip
+    spec = get_gpt_layer_local_spec(
+        num_experts=cfg.num_experts, moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm"
+    )
+    model = GPTModel(
+        config=tc,
+        transformer_layer_spec=spec,
+        vocab_size=cfg.vocab_size,
+        max_sequence_length=cfg.max_position_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(cfg.rope_theta),
+        share_embeddings_and_output_weights=False,
+    )
     weights = hf_to_megatron(hf_state, shape_of(cfg, ep_size=ep_size, ep_rank=ep_rank))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]

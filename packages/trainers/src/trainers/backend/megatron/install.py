@@ -22,5 +22,7 @@ def check_installed() -> None:
         got = "not installed"
     if got != MEGATRON_VERSION:
         python = sys.version.split()[0]
-        raise ValueError(f"backend.kind megatron: expected megatron-core {MEGATRON_VERSION}, got {got} on Python "
-                         f"{python} (the default install has no Megatron-Core); {SETUP_HINT}")  # fmt: skip
+        raise ValueError(
+            f"backend.kind megatron: expected megatron-core {MEGATRON_VERSION}, got {got} on Python "
+            f"{python} (the default install has no Megatron-Core); {SETUP_HINT}"
+        )

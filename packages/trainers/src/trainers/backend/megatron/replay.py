@@ -31,9 +31,14 @@ class RowReplay(RouterReplay):
         self.rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self.asked = False
 
-    def get_replay_topk(self, scores: torch.Tensor, topk: int, num_groups: int | None = None,
-                        group_topk: int | None = None, default_compute_topk: TopK | None = None,
-                        ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def get_replay_topk(
+        self,
+        scores: torch.Tensor,
+        topk: int,
+        num_groups: int | None = None,
+        group_topk: int | None = None,
+        default_compute_topk: TopK | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if default_compute_topk is None:
             raise ValueError("RowReplay: Megatron passed no default top-k function")
         values, native = default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
@@ -41,8 +46,10 @@ class RowReplay(RouterReplay):
             return values, native
         ids, mask = self.rows
         if ids.shape != native.shape:
-            raise ValueError(f"router replay, layer {self.layer_number}: expected rows of shape "
-                             f"{tuple(native.shape)} (tokens, top-k), got {tuple(ids.shape)}")  # fmt: skip
+            raise ValueError(
+                f"router replay, layer {self.layer_number}: expected rows of shape "
+                f"{tuple(native.shape)} (tokens, top-k), got {tuple(ids.shape)}"
+            )
         self.asked = True
         chosen = torch.where(mask[:, None], ids.to(native.device), native)
         return scores.gather(1, chosen), chosen

@@ -28,9 +28,18 @@ class VeOmniBackend(OptimisedModule):
     group, whose device it computes on (None: one process, VeOmni's model unsharded, on `device`). `reference`: also
     build a frozen, unsharded copy of the base weights (for a KL term)."""
 
-    def __init__(self, checkpoint_dir: str, optim: OptimConfig | None = None, *, temperature: float = 1.0,
-                 data_parallel: DataParallel | None = None, reference: bool = False, total_steps: int | None = None,
-                 compute_dtype: str = "float32", device: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        optim: OptimConfig | None = None,
+        *,
+        temperature: float = 1.0,
+        data_parallel: DataParallel | None = None,
+        reference: bool = False,
+        total_steps: int | None = None,
+        compute_dtype: str = "float32",
+        device: str = "cpu",
+    ) -> None:
         if not temperature > 0:
             raise ValueError(f"VeOmniBackend: expected temperature > 0, got {temperature}")
         if compute_dtype not in ("float32", "bfloat16"):
@@ -60,8 +69,9 @@ class VeOmniBackend(OptimisedModule):
         return self.dp
 
     # ------------------------------------------------------------------ forward
-    def _forward(self, model: nn.Module, routers: list[nn.Module], micro: TrainBatch, replay: bool,
-                 top_k: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def _forward(
+        self, model: nn.Module, routers: list[nn.Module], micro: TrainBatch, replay: bool, top_k: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them)."""
         micro = micro.to(self._device)
         routing = None
@@ -113,8 +123,13 @@ class VeOmniBackend(OptimisedModule):
             for key, value in entry.items():
                 tensors[f"optim.{index[name]}.{key}"] = _host(torch.as_tensor(value))
         tensors[RNG_KEY] = torch.get_rng_state()
-        groups = [{k: [index[p] for p in v] if k == "params" else list(v) if isinstance(v, tuple) else v
-                   for k, v in g.items()} for g in optim_sd["param_groups"]]  # fmt: skip
+        groups = [
+            {
+                k: [index[p] for p in v] if k == "params" else list(v) if isinstance(v, tuple) else v
+                for k, v in g.items()
+            }
+            for g in optim_sd["param_groups"]
+        ]
         return BackendState(tensors, self._version, groups, list(self._param_names))
 
     def load_state_dict(self, state: BackendState) -> None:
@@ -123,8 +138,10 @@ class VeOmniBackend(OptimisedModule):
 
         if state.optimizer_param_names != self._param_names:
             got = state.optimizer_param_names
-            raise ValueError(f"load_state_dict: expected optimiser parameters {self._param_names[:3]}..., got "
-                             f"{got[:3]}... ({len(got)} names)")  # fmt: skip
+            raise ValueError(
+                f"load_state_dict: expected optimiser parameters {self._param_names[:3]}..., got "
+                f"{got[:3]}... ({len(got)} names)"
+            )
         if RNG_KEY not in state.tensors:
             raise ValueError(f"load_state_dict: expected the tensor {RNG_KEY!r} in the state, got none")
         model_sd = {k[len("model.") :]: v for k, v in state.tensors.items() if k.startswith("model.")}
@@ -133,11 +150,20 @@ class VeOmniBackend(OptimisedModule):
             if key.startswith("optim."):
                 _, i, name = key.split(".", 2)
                 per_param.setdefault(self._param_names[int(i)], {})[name] = value
-        groups = [{k: [self._param_names[p] for p in v] if k == "params" else tuple(v) if k == "betas" else v
-                   for k, v in g.items()} for g in state.optimizer_groups]  # fmt: skip
-        set_state_dict(self.model, self.optimizer, model_state_dict=model_sd,
-                       optim_state_dict={"state": per_param, "param_groups": groups},
-                       options=StateDictOptions(full_state_dict=True))  # fmt: skip
+        groups = [
+            {
+                k: [self._param_names[p] for p in v] if k == "params" else tuple(v) if k == "betas" else v
+                for k, v in g.items()
+            }
+            for g in state.optimizer_groups
+        ]
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=model_sd,
+            optim_state_dict={"state": per_param, "param_groups": groups},
+            options=StateDictOptions(full_state_dict=True),
+        )
         torch.set_rng_state(state.tensors[RNG_KEY])
         self._version = state.version
 

@@ -27,10 +27,15 @@ def eager_ops() -> object:
     from veomni.arguments.arguments_types import OpsImplementationConfig
 
     return OpsImplementationConfig(
-        attn_implementation="eager", moe_implementation="eager", cross_entropy_loss_implementation="eager",
-        rms_norm_implementation="eager", swiglu_mlp_implementation="eager", rotary_pos_emb_implementation="eager",
-        load_balancing_loss_implementation="eager", qat_implementation="none",
-    )  # fmt: skip
+        attn_implementation="eager",
+        moe_implementation="eager",
+        cross_entropy_loss_implementation="eager",
+        rms_norm_implementation="eager",
+        swiglu_mlp_implementation="eager",
+        rotary_pos_emb_implementation="eager",
+        load_balancing_loss_implementation="eager",
+        qat_implementation="none",
+    )
 
 
 def init_parallel(world_size: int, device_type: str) -> None:
@@ -42,8 +47,7 @@ def init_parallel(world_size: int, device_type: str) -> None:
     if not dist.is_initialized():
         raise RuntimeError("veomni backend: expected torch.distributed to be initialised first (gloo or nccl)")
     if dist.get_world_size() != world_size:
-        raise ValueError(f"veomni backend: expected a process group of {world_size} ranks, got "
-                         f"{dist.get_world_size()}")  # fmt: skip
+        raise ValueError(f"veomni backend: expected a process group of {world_size} ranks, got {dist.get_world_size()}")
     init_parallel_state(dp_size=world_size, dp_shard_size=world_size, dp_mode="fsdp2", device_type=device_type)
 
 
@@ -56,10 +60,15 @@ def build_model(checkpoint_dir: str, world_size: int, *, shard: bool = True) -> 
 
     sharded = shard and world_size > 1
     init = "meta" if sharded else "cpu"
-    model = build_foundation_model(checkpoint_dir, checkpoint_dir, torch_dtype="float32", init_device=init,
-                                   ops_implementation=eager_ops())  # fmt: skip
+    model = build_foundation_model(
+        checkpoint_dir, checkpoint_dir, torch_dtype="float32", init_device=init, ops_implementation=eager_ops()
+    )
     if sharded:
-        model = build_parallelize_model(model, weights_path=checkpoint_dir, init_device="meta",
-                                        mixed_precision=MixedPrecisionConfig(enable=False),
-                                        enable_gradient_checkpointing=False)  # fmt: skip
+        model = build_parallelize_model(
+            model,
+            weights_path=checkpoint_dir,
+            init_device="meta",
+            mixed_precision=MixedPrecisionConfig(enable=False),
+            enable_gradient_checkpointing=False,
+        )
     return model

@@ -21,6 +21,8 @@ def check_installed() -> None:
         except PackageNotFoundError:
             got[name] = "not installed"
     if (got["veomni"], got["transformers"]) != (VEOMNI_VERSION, TRANSFORMERS_VERSION):
-        raise ValueError(f"backend.kind veomni: expected veomni {VEOMNI_VERSION} with transformers "
-                         f"{TRANSFORMERS_VERSION}, got veomni {got['veomni']} with transformers "
-                         f"{got['transformers']} (the default install has no VeOmni); {SETUP_HINT}")  # fmt: skip
+        raise ValueError(
+            f"backend.kind veomni: expected veomni {VEOMNI_VERSION} with transformers "
+            f"{TRANSFORMERS_VERSION}, got veomni {got['veomni']} with transformers "
+            f"{got['transformers']} (the default install has no VeOmni); {SETUP_HINT}"
+        )

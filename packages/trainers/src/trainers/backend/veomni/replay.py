@@ -33,16 +33,19 @@ class RowReplay:
         self.routing = routing
         self.fired: set[int] = set()
 
-    def on_router_forward(self, module: nn.Module, routing_scores: torch.Tensor,
-                          top_indices: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    def on_router_forward(
+        self, module: nn.Module, routing_scores: torch.Tensor, top_indices: torch.Tensor
+    ) -> torch.Tensor:
         """`top_indices` `[N, K]` native -> `[N, K]`: recorded where the row's mask is set, native elsewhere."""
         ordinal = self.ordinal.get(id(module))
         if ordinal is None:
             raise ValueError(f"RowReplay: got a router that is not one of the model's {len(self.ordinal)} MoE routers")
         recorded = self.routing.layer_ids(ordinal).to(top_indices.device)  # [B*T, K]
         if recorded.shape != top_indices.shape:
-            raise ValueError(f"RowReplay: MoE layer {ordinal} routed {tuple(top_indices.shape)} tokens x k, expected "
-                             f"{tuple(recorded.shape)} from the routing rows")  # fmt: skip
+            raise ValueError(
+                f"RowReplay: MoE layer {ordinal} routed {tuple(top_indices.shape)} tokens x k, expected "
+                f"{tuple(recorded.shape)} from the routing rows"
+            )
         self.fired.add(ordinal)
         mask = self.routing.flat_mask().to(top_indices.device)[:, None]  # [B*T, 1]
         return torch.where(mask, recorded.to(top_indices.dtype), top_indices)
@@ -50,8 +53,10 @@ class RowReplay:
     def check_complete(self) -> None:
         if len(self.fired) != len(self.ordinal):
             missing = sorted(set(range(len(self.ordinal))) - self.fired)
-            raise ValueError(f"RowReplay: MoE layers {missing} never consulted the replay hook in this forward "
-                             "(expected VeOmni's patched Qwen3-MoE block, which calls it)")  # fmt: skip
+            raise ValueError(
+                f"RowReplay: MoE layers {missing} never consulted the replay hook in this forward "
+                "(expected VeOmni's patched Qwen3-MoE block, which calls it)"
+            )
 
 
 @contextmanager
