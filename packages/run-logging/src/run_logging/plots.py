@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -33,15 +34,36 @@ def _series(rows: list[dict[str, object]], pattern: str) -> dict[str, tuple[list
     return out
 
 
-def plot_metrics(
-    metrics_path: str | os.PathLike[str], out_png: str | os.PathLike[str], panels: Sequence[Panel]
-) -> Path:
-    """Writes one PNG with a subplot per panel; panels without data say so instead of staying blank."""
+def _pyplot() -> ModuleType:
+    """matplotlib.pyplot on the Agg backend, imported on first use (so `--help` never pays for it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig: object, out_png: str | os.PathLike[str], *, title: str | None = None, xlabel: str | None = None) -> Path:
+    """Writes `fig` (with a one-axes `title` and `xlabel` when given) as a 100-dpi PNG and closes it."""
+    plt = _pyplot()
+    if title is not None:
+        (ax,) = fig.axes  # type: ignore[attr-defined]
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xlabel)
+    fig.tight_layout()  # type: ignore[attr-defined]
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)  # type: ignore[attr-defined]
+    plt.close(fig)
+    return out
+
+
+def plot_metrics(
+    metrics_path: str | os.PathLike[str], out_png: str | os.PathLike[str], panels: Sequence[Panel]
+) -> Path:
+    """Writes one PNG with a subplot per panel; panels without data say so instead of staying blank."""
+    plt = _pyplot()
     rows = read_metrics(metrics_path)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
     for ax, panel in zip(axes[:, 0], panels, strict=True):
@@ -57,20 +79,12 @@ def plot_metrics(
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(fig, out_png)
 
 
 def plot_histogram(values: Sequence[float], out_png: str | os.PathLike[str], *, title: str, xlabel: str) -> Path:
     """A histogram PNG (e.g. the staleness of trained tokens, in weight versions)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3))
     arr = np.asarray(values, dtype=float)
@@ -79,14 +93,7 @@ def plot_histogram(values: Sequence[float], out_png: str | os.PathLike[str], *, 
         ax.hist(arr, bins=bins)
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(fig, out_png, title=title, xlabel=xlabel)
 
 
 def plot_histograms(
@@ -94,10 +101,7 @@ def plot_histograms(
 ) -> Path:
     """Overlaid step histograms of several samples on one set of bins, each normalised to its share (so series of
     different sizes compare by shape); the legend gives each series' size and mean."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3))
     arrays = {name: np.asarray(values, dtype=float) for name, values in series.items()}
@@ -113,11 +117,4 @@ def plot_histograms(
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(fig, out_png, title=title, xlabel=xlabel)
