@@ -24,10 +24,10 @@ from trainers.aggregation import aggregate
 from trainers.algorithm.config import OPDConfig
 from trainers.algorithm.loss_io import LossInputs, LossOutputs
 from trainers.algorithm.policy_gradient import PolicyGradient, split_metrics
+from trainers.algorithm.ppo import clipped_surrogate
 from trainers.batch import TrainBatch
 from trainers.estimators import Advantages, token_advantages
 from trainers.kl import kl_loss
-from trainers.policy_loss import ppo_clip_loss
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -75,21 +75,7 @@ class OPD(PolicyGradient):
         c = self.opd
         out: LossOutputs | None = None
         if c.loss == "pg" or c.reward_coef > 0:
-            loss, metrics = ppo_clip_loss(
-                x.log_probs,
-                x.old_log_probs,
-                x.advantages,
-                x.mask,
-                clip_low=c.clip_low,
-                clip_high=c.clip_high,
-                dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None,
-                agg_mode=self.agg_mode,
-                is_weights=x.is_weights,
-                num_tokens=x.num_tokens,
-                num_seqs=x.num_seqs,
-                loss_scale_factor=self.loss_scale_factor,
-            )
-            out = split_metrics(loss, metrics)
+            out = clipped_surrogate(c, x, self)
         if c.loss == "pg":
             assert out is not None
             return out

@@ -17,19 +17,24 @@ class PPO(PolicyGradient):
         self.recompute_old_log_probs = cfg.old_log_probs == "recompute"
 
     def policy_loss(self, x: LossInputs) -> LossOutputs:
-        c = self.ppo
-        loss, metrics = ppo_clip_loss(
-            x.log_probs,
-            x.old_log_probs,
-            x.advantages,
-            x.mask,
-            clip_low=c.clip_low,
-            clip_high=c.clip_high,
-            dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None,
-            agg_mode=self.agg_mode,
-            is_weights=x.is_weights,
-            num_tokens=x.num_tokens,
-            num_seqs=x.num_seqs,
-            loss_scale_factor=self.loss_scale_factor,
-        )
-        return split_metrics(loss, metrics)
+        return clipped_surrogate(self.ppo, x, self)
+
+
+def clipped_surrogate(c: PPOConfig, x: LossInputs, pg: PolicyGradient) -> LossOutputs:
+    """PPO's clipped surrogate of one micro-batch with `c`'s clip range and dual clip, aggregated as `pg` says
+    (PPO's loss, and on-policy distillation's policy-gradient term)."""
+    loss, metrics = ppo_clip_loss(
+        x.log_probs,
+        x.old_log_probs,
+        x.advantages,
+        x.mask,
+        clip_low=c.clip_low,
+        clip_high=c.clip_high,
+        dual_clip_c=c.dual_clip_c if c.dual_clip_c > 1 else None,
+        agg_mode=pg.agg_mode,
+        is_weights=x.is_weights,
+        num_tokens=x.num_tokens,
+        num_seqs=x.num_seqs,
+        loss_scale_factor=pg.loss_scale_factor,
+    )
+    return split_metrics(loss, metrics)
