@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollout_core import RoutingSpec, RoutingTrace, StopReason, Trajectory, TrajectoryStatus
-from trainers.dumps import DumpKind, DumpRecord, dump_path, read_dump, write_dump
+from trainers.dumps import DumpRecord, read_dump, write_dump
 
 
 def _trace(num_rows: int, num_experts: int = 8, seed: int = 0) -> RoutingTrace:
@@ -61,8 +61,8 @@ def test_round_trip_is_exact_with_routing_and_versions(tmp_path: Path) -> None:
             uid="b", routing=False, reward=None, acc=None, status=TrajectoryStatus.ERROR, pred=None, advantage=None
         ),
     ]
-    path = write_dump(tmp_path, DumpKind.TRAIN, 7, records)
-    assert path == tmp_path / "train_step7.jsonl"
+    path = write_dump(tmp_path / "7.jsonl", 7, records)
+    assert path == tmp_path / "7.jsonl"
     back = read_dump(path)
     assert back == records
     assert back[0].routing is not None and back[0].routing.versions.tolist() == records[0].routing.versions.tolist()
@@ -72,7 +72,7 @@ def test_round_trip_is_exact_with_routing_and_versions(tmp_path: Path) -> None:
 def test_each_line_has_the_required_keys_and_routing_json(tmp_path: Path) -> None:
     import json
 
-    path = write_dump(tmp_path, DumpKind.VAL, 0, [_record(step=0)])
+    path = write_dump(tmp_path / "0.jsonl", 0, [_record(step=0)])
     lines = path.read_text(encoding="utf-8").split("\n")
     assert lines[-1] == "" and len(lines) == 2
     row = json.loads(lines[0])
@@ -119,33 +119,33 @@ def test_round_trip_exact_for_any_text_and_float(
         routing=False,
     )
     directory = tmp_path_factory.mktemp("d")
-    assert read_dump(write_dump(directory, DumpKind.TRAIN, 7, [rec])) == [rec]
+    assert read_dump(write_dump(directory / "7.jsonl", 7, [rec])) == [rec]
 
 
 def test_padding_record_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="padding"):
-        write_dump(tmp_path, DumpKind.TRAIN, 1, [_record(step=1), _record(step=1, uid="pad", is_padding=True)])
+        write_dump(tmp_path / "1.jsonl", 1, [_record(step=1), _record(step=1, uid="pad", is_padding=True)])
     assert list(tmp_path.iterdir()) == []
 
 
 def test_rewrite_after_a_failed_write_keeps_the_previous_complete_file(tmp_path: Path) -> None:
     first = [_record(uid="old")]
-    write_dump(tmp_path, DumpKind.TRAIN, 7, first)
+    write_dump(tmp_path / "7.jsonl", 7, first)
     with pytest.raises(ValueError, match="finite"):
-        write_dump(tmp_path, DumpKind.TRAIN, 7, [_record(uid="new"), _record(uid="bad", reward=float("nan"))])
-    assert read_dump(dump_path(tmp_path, DumpKind.TRAIN, 7)) == first
-    assert [p.name for p in tmp_path.iterdir()] == ["train_step7.jsonl"]
+        write_dump(tmp_path / "7.jsonl", 7, [_record(uid="new"), _record(uid="bad", reward=float("nan"))])
+    assert read_dump(tmp_path / "7.jsonl") == first
+    assert [p.name for p in tmp_path.iterdir()] == ["7.jsonl"]
 
 
 def test_process_killed_mid_write_leaves_no_torn_line(tmp_path: Path) -> None:
     """A child process dies (os._exit) after writing half of step 7's records; step 7 keeps its old file."""
-    write_dump(tmp_path, DumpKind.TRAIN, 7, [_record(uid="old")])
+    write_dump(tmp_path / "7.jsonl", 7, [_record(uid="old")])
     script = textwrap.dedent(
         f"""
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_trainers_dumps import _record
-        from trainers.dumps import DumpKind, write_dump
+        from trainers.dumps import write_dump
 
         def records():
             for i in range(200):
@@ -153,18 +153,18 @@ def test_process_killed_mid_write_leaves_no_torn_line(tmp_path: Path) -> None:
                     os._exit(3)
                 yield _record(uid=f"new{{i}}")
 
-        write_dump({str(tmp_path)!r}, DumpKind.TRAIN, 7, records())
+        write_dump({str(tmp_path / "7.jsonl")!r}, 7, records())
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
-    assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.TRAIN, 7))] == ["old"]
-    # the dead writer's temporary file (".train_step7.jsonl.tmp-PID") is not taken for a dump
-    assert list(tmp_path.glob("train_step*.jsonl")) == [tmp_path / "train_step7.jsonl"]
+    assert [r.uid for r in read_dump(tmp_path / "7.jsonl")] == ["old"]
+    # the dead writer's temporary file (".7.jsonl.tmp-PID") is not taken for a dump
+    assert list(tmp_path.glob("[0-9]*.jsonl")) == [tmp_path / "7.jsonl"]
 
 
 def test_reader_rejects_a_torn_last_line(tmp_path: Path) -> None:
-    path = write_dump(tmp_path, DumpKind.TRAIN, 7, [_record(uid="a"), _record(uid="b")])
+    path = write_dump(tmp_path / "7.jsonl", 7, [_record(uid="a"), _record(uid="b")])
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 40])
     with pytest.raises(ValueError, match="torn"):
@@ -172,7 +172,7 @@ def test_reader_rejects_a_torn_last_line(tmp_path: Path) -> None:
 
 
 def test_reader_rejects_a_record_with_missing_keys(tmp_path: Path) -> None:
-    path = tmp_path / "train_step1.jsonl"
+    path = tmp_path / "1.jsonl"
     path.write_text('{"step": 1, "uid": "x"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 1.*missing"):
         read_dump(path)
@@ -180,7 +180,7 @@ def test_reader_rejects_a_record_with_missing_keys(tmp_path: Path) -> None:
 
 def test_record_of_another_step_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="step 3, expected 4"):
-        write_dump(tmp_path, DumpKind.TRAIN, 4, [_record(step=3)])
+        write_dump(tmp_path / "4.jsonl", 4, [_record(step=3)])
 
 
 def test_misaligned_log_probs_are_refused() -> None:
@@ -188,13 +188,18 @@ def test_misaligned_log_probs_are_refused() -> None:
         _record(log_probs=[-0.1])
 
 
-def test_train_and_val_dumps_of_one_step_do_not_collide(tmp_path: Path) -> None:
-    write_dump(tmp_path, DumpKind.TRAIN, 2, [_record(step=2, uid="t")])
-    write_dump(tmp_path, DumpKind.VAL, 2, [_record(step=2, uid="v")])
-    write_dump(tmp_path, DumpKind.TRAIN, 10, [_record(step=10, uid="t10")])
-    assert {p.name for p in tmp_path.iterdir()} == {"train_step2.jsonl", "train_step10.jsonl", "val_step2.jsonl"}
-    assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.TRAIN, 2))] == ["t"]
-    assert [r.uid for r in read_dump(dump_path(tmp_path, DumpKind.VAL, 2))] == ["v"]
+def test_a_dump_replaces_only_its_own_file(tmp_path: Path) -> None:
+    write_dump(tmp_path / "rollouts" / "2.jsonl", 2, [_record(step=2, uid="t")])
+    write_dump(tmp_path / "validation" / "2.jsonl", 2, [_record(step=2, uid="v")])
+    write_dump(tmp_path / "rollouts" / "10.jsonl", 10, [_record(step=10, uid="t10")])
+    write_dump(tmp_path / "rollouts" / "2.jsonl", 2, [_record(step=2, uid="t2")])
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.jsonl")) == [
+        "rollouts/10.jsonl",
+        "rollouts/2.jsonl",
+        "validation/2.jsonl",
+    ]
+    assert [r.uid for r in read_dump(tmp_path / "rollouts" / "2.jsonl")] == ["t2"]
+    assert [r.uid for r in read_dump(tmp_path / "validation" / "2.jsonl")] == ["v"]
 
 
 def test_from_trajectory_copies_provenance() -> None:

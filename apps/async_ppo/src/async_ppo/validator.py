@@ -18,12 +18,11 @@ import torch
 from moe_models import load_tokenizer
 from native_engine import EngineConfig, NativeEngine
 from recipes.config import TaskConfig, ValidationConfig
-from recipes.dumps import write_step_dump
 from recipes.ray_node import NodeAware
 from recipes.validation import validate
 from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
-from trainers.dumps import DumpKind
+from trainers.dumps import write_dump
 
 VALIDATOR_SLOTS = 256
 
@@ -85,7 +84,7 @@ class Validator(NodeAware):
             tool=self.task.tool,
             reward_timeout_s=self.reward_timeout_s,
         )
-        write_step_dump(self.run.validation(step), DumpKind.VAL, step, result.records)
+        write_dump(self.run.validation(step), step, result.records)
         return result.metrics
 
     async def close(self) -> None:

@@ -16,7 +16,6 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from recipes.dumps import write_step_dump
 from recipes.engine_config import EngineSite
 from recipes.engines.protocol import RolloutEngine
 from recipes.policy_trainer import PolicyTrainer
@@ -32,7 +31,7 @@ from recipes.validation import validate
 from recipes.weight_sync import LocalWeightSync
 from rollout_core import NOT_SAMPLED
 from run_logging import Progress
-from trainers.dumps import DumpKind
+from trainers.dumps import write_dump
 
 from sync_ppo.checkpoint import TrainerProgress, load_checkpoint, save_checkpoint
 from sync_ppo.cli import DEFAULT_RUNS_ROOT
@@ -103,7 +102,7 @@ class SyncPPO:
             tool=s.task.tool,
             reward_timeout_s=self.cfg.rollout.reward_timeout_s,
         )
-        write_step_dump(s.run.validation(step), DumpKind.VAL, step, result.records)
+        write_dump(s.run.validation(step), step, result.records)
         return result.metrics
 
     def probe_precision(self, step: int, scored: list[ScoredSample]) -> None:

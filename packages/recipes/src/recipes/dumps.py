@@ -1,13 +1,9 @@
-"""Dump records of scored responses and their crash-safe files at the run directory's paths."""
+"""Dump records of scored responses (`trainers.dumps` writes their crash-safe files)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from pathlib import Path
-
 from rollout_core import TrajectoryStatus
-from trainers.dumps import DumpKind, DumpRecord, write_dump
+from trainers.dumps import DumpRecord
 
 from recipes.samples import SampleStatus, ScoredSample
 
@@ -33,11 +29,3 @@ def dump_record(s: ScoredSample, *, step: int, advantage: float | None = None) -
     if s.status is SampleStatus.REWARD_ERROR:
         record.status = TrajectoryStatus.ERROR
     return record
-
-
-def write_step_dump(path: Path, kind: DumpKind, step: int, records: Sequence[DumpRecord]) -> Path:
-    """Writes `records` to exactly `path` (e.g. `rollouts/<step>.jsonl`): trainers.dumps' atomic write into the
-    same directory, then an atomic rename, so a crash never leaves a torn file."""
-    written = write_dump(path.parent, kind, step, records)
-    os.replace(written, path)
-    return path

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import torch
 from run_logging import RunDir
 from trainers import TrainLoopConfig, required_multiple
-from trainers.dumps import DumpKind
+from trainers.dumps import write_dump
 from trainers.step_runner import StepRunner, StepSpec, build_steps
 
 from recipes.config import RecipeConfig
-from recipes.dumps import dump_record, write_step_dump
+from recipes.dumps import dump_record
 from recipes.quality import rollout_metrics
 from recipes.samples import ScoredSample
 from recipes.step_batch import StepBatch, build_step_batch
@@ -80,7 +80,7 @@ class PolicyTrainer:
         result = self.steps.train_step(sb.batch)
         advantage = {s.uid: a for s, a in zip(sb.samples, result.advantages, strict=True) if not s.is_padding}
         records = [dump_record(s, step=step, advantage=advantage.get(s.uid)) for s in scored]
-        write_step_dump(self.run.rollouts(step), DumpKind.TRAIN, step, records)
+        write_dump(self.run.rollouts(step), step, records)
         return result.metrics | rollout_metrics(scored, sb.num_padding) | teacher_metrics(scored)
 
     def train(self, step: int, scored: Sequence[ScoredSample]) -> dict[str, float]:

@@ -1,15 +1,14 @@
-"""Rollout and validation dumps: one JSON line per sample, one file per (kind, step), crash-safe.
+"""Rollout and validation dumps: one JSON line per sample, one file per step, crash-safe.
 
-Files are `<dir>/<kind>_step<step>.jsonl` (`train_step12.jsonl`, `val_step12.jsonl`), so training and
-validation dumps of one step never collide. A step file is written to a hidden temporary file in the same
-directory, fsynced, and atomically renamed: a crash leaves either the previous complete file or none, never a
-torn line. Writing the same (kind, step) again replaces the file. Padding samples are refused.
+The caller names the file (a run directory keeps `rollouts/<step>.jsonl` and `validation/<step>.jsonl`, so the
+training and validation dumps of one step never collide). A step file is written to a hidden temporary file in
+the same directory, fsynced, and atomically renamed: a crash leaves either the previous complete file or none,
+never a torn line. Writing the same path again replaces the file. Padding samples are refused.
 JSON is UTF-8 without ASCII escaping; non-finite floats are refused (JSON has no NaN).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import os
@@ -19,11 +18,6 @@ from pathlib import Path
 
 from rollout_core import Trajectory, TrajectoryStatus
 from routing_state import RoutingTrace
-
-
-class DumpKind(enum.StrEnum):
-    TRAIN = "train"
-    VAL = "val"
 
 
 def _finite(name: str, value: float | None) -> float | None:
@@ -157,10 +151,6 @@ class DumpRecord:
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
-def dump_path(directory: str | Path, kind: DumpKind, step: int) -> Path:
-    return Path(directory) / f"{DumpKind(kind)}_step{int(step)}.jsonl"
-
-
 def _encode(record: DumpRecord, step: int) -> str:
     if not isinstance(record, DumpRecord):
         raise ValueError(f"write_dump: expected DumpRecord items, got {type(record).__name__}")
@@ -169,10 +159,10 @@ def _encode(record: DumpRecord, step: int) -> str:
     return json.dumps(record.to_json_dict(), ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_dump(directory: str | Path, kind: DumpKind, step: int, records: Iterable[DumpRecord]) -> Path:
-    """Writes all records of one step atomically; returns the final path. Raises ValueError (and writes
-    nothing) if a record is padding, belongs to another step, or holds a non-finite float."""
-    final = dump_path(directory, kind, step)
+def write_dump(path: str | Path, step: int, records: Iterable[DumpRecord]) -> Path:
+    """Writes all records of step `step` to exactly `path`, atomically; returns the path. Raises ValueError (and
+    writes nothing) if a record is padding, belongs to another step, or holds a non-finite float."""
+    final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     try:
