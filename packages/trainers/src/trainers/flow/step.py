@@ -99,7 +99,7 @@ def _backward(
         num_samples = float(len(parts[position.mini_batch]))
         micro = rollout.select(sub.tolist())
         index = torch.as_tensor(sub, dtype=torch.long)
-        passes = []
+        passes: list[Backward] = []
         for k in range(len(rollout.window)):
             weights = None if old.weights is None else old.weights[index, k]
             out = backend.forward_backward(micro, k, old.log_probs[index, k], adv[index], num_samples, loss_fn, weights)
