@@ -41,7 +41,7 @@ _EXPORTS = {
     "LossOutputs": "trainers.algorithm.loss_io",
     "majority_value": "trainers.val_estimators",
     "make_padding_sample": "trainers.padding",
-    "masked_mean": "trainers.advantages",
+    "masked_mean": "trainers.aggregation",
     "masked_whiten": "trainers.advantages",
     "pad_to_multiple": "trainers.padding",
     "PADDING_DATA_SOURCE": "trainers.padding",

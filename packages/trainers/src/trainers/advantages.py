@@ -16,7 +16,6 @@ __all__ = [
     "broadcast_to_tokens",
     "gae",
     "grpo_advantages",
-    "masked_mean",
     "masked_whiten",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
@@ -84,14 +83,6 @@ def rloo_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable]) -> torc
         n = len(rows)
         out[rows] = g if n == 1 else g - (g.sum() - g) / (n - 1)
     return out.to(scores.dtype)
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of `x` over entries where `mask == 1` (0-dim); raises if the mask is empty."""
-    n = mask.sum()
-    if float(n) <= 0:
-        raise ValueError(f"masked_mean: expected a mask with at least one entry, got {tuple(mask.shape)} all 0")
-    return (x * mask).sum() / n
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = True) -> torch.Tensor:

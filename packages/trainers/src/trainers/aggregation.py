@@ -13,7 +13,7 @@ import enum
 
 import torch
 
-__all__ = ["AggMode", "aggregate", "count_nonempty_seqs", "count_tokens"]
+__all__ = ["AggMode", "aggregate", "count_nonempty_seqs", "count_tokens", "masked_mean"]
 
 
 class AggMode(enum.StrEnum):
@@ -32,6 +32,13 @@ def count_tokens(mask: torch.Tensor) -> float:
 def count_nonempty_seqs(mask: torch.Tensor) -> float:
     """Number of rows of `mask [B, T]` with at least one loss token (padding samples have none)."""
     return float((mask.sum(dim=-1) > 0).sum().item())
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0-dim float64 mean of `x` over `mask`'s entries (weighted by them), 0 without any; no host synchronisation
+    (a metric's mean: the step reads every metric once, at its end)."""
+    n = mask.sum().double()
+    return torch.where(n > 0, (x * mask).sum().double() / n.clamp(min=1.0), torch.zeros_like(n))
 
 
 def _check_shapes(loss_mat: torch.Tensor, mask: torch.Tensor) -> None:

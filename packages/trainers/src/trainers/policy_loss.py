@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.aggregation import AggMode, aggregate
+from trainers.aggregation import AggMode, aggregate, masked_mean
 
 __all__ = ["decoupled_ppo_loss", "gspo_loss", "ppo_clip_loss"]
 
@@ -24,11 +24,6 @@ def _check(mask: torch.Tensor, **tensors: torch.Tensor | None) -> None:
     for name, t in tensors.items():
         if t is not None and t.shape != mask.shape:
             raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # 0-dim float64; 0 without tokens
-    n = mask.sum().double()
-    return torch.where(n > 0, (x * mask).sum().double() / n.clamp(min=1.0), torch.zeros_like(n))
 
 
 def _masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # 0-dim; 0 without tokens
@@ -89,10 +84,10 @@ def ppo_clip_loss(
     loss = aggregate(losses, m, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs, loss_scale_factor=loss_scale_factor)
     metrics = {
         "actor/pg_loss": loss.detach(),
-        "actor/pg_clipfrac": _masked_mean(clipped, m),
-        "actor/pg_clipfrac_lower": _masked_mean(lower, m),
-        "actor/ppo_kl": _masked_mean(-log_ratio.detach(), m),
-        "actor/ratio_mean": _masked_mean(ratio.detach(), m),
+        "actor/pg_clipfrac": masked_mean(clipped, m),
+        "actor/pg_clipfrac_lower": masked_mean(lower, m),
+        "actor/ppo_kl": masked_mean(-log_ratio.detach(), m),
+        "actor/ratio_mean": masked_mean(ratio.detach(), m),
         "actor/ratio_max": _masked_max(ratio.detach(), m),
     }
     return loss, metrics
@@ -143,7 +138,7 @@ def decoupled_ppo_loss(
         num_seqs=num_seqs,
         loss_scale_factor=loss_scale_factor,
     )
-    metrics["actor/behaviour_is_mean"] = _masked_mean(behaviour, mask.to(behaviour.dtype))
+    metrics["actor/behaviour_is_mean"] = masked_mean(behaviour, mask.to(behaviour.dtype))
     return loss, metrics
 
 
@@ -177,10 +172,10 @@ def gspo_loss(
     loss = aggregate(losses, m, AggMode.SEQ_MEAN_TOKEN_MEAN, num_seqs=num_seqs)
     metrics = {
         "actor/pg_loss": loss.detach(),
-        "actor/pg_clipfrac": _masked_mean(clipped, m),
+        "actor/pg_clipfrac": masked_mean(clipped, m),
         "actor/pg_clipfrac_lower": torch.zeros((), dtype=torch.float64, device=loss.device),
-        "actor/ppo_kl": _masked_mean(-log_ratio.detach(), m),
-        "actor/ratio_mean": _masked_mean(ratio.detach(), m),
+        "actor/ppo_kl": masked_mean(-log_ratio.detach(), m),
+        "actor/ratio_mean": masked_mean(ratio.detach(), m),
         "actor/ratio_max": _masked_max(ratio.detach(), m),
     }
     return loss, metrics

@@ -1,12 +1,13 @@
 """train_step: one update of any algorithm on any training backend. It owns, once: old and reference log-probs,
-advantages, rollout correction, epochs x mini-batches x micro-batches, the train-vs-rollout mismatch metrics and
-the step's metrics.
+advantages, rollout correction, the step's plan of mini- and micro-batches, the train-vs-rollout mismatch metrics
+and the step's metrics; the epochs x mini-batches x micro-batches loop and its loss and grad-norm checks are
+`trainers.update_loop.run_update`'s (shared with the flow step), run with the algorithm's loss.
 
     old  <- backend.log_probs(batch)            if the algorithm recomputes the old policy
     ref  <- backend.log_probs(batch, reference) if the algorithm has a KL term (a teacher's: batch.teacher_log_probs)
     adv  <- algorithm.advantages(batch, old, ref)             [B, T-1], on the host
     w, mask <- rollout_correction(pi_train, mu)               if the algorithm has a correction
-    for epoch, mini-batch:                                    one optimiser step each
+    run_update: for epoch, mini-batch:                        one optimiser step each
         for micro-batch: backend.forward_backward(micro, algorithm.loss)
     mismatch: rollout log-probs vs the trainer's pre-update replayed forward (and a sample without replay)
 
@@ -16,12 +17,8 @@ synchronous training all of them, in asynchronous training the fresh ones.
 Non-finite values stop the run at once, before they reach the weights where that is possible (`NonFiniteError`,
 naming the step and the metric; the step is `backend.version + 1`, the run's step in both apps):
 - advantages: checked before the first optimiser step (after the no-grad scoring they may need): none is taken;
-- a mini-batch's loss (`actor/loss`, the sum of its micro-batches' losses, with every non-finite loss metric
-  listed): checked after its backward and before its optimiser step, so that step is never taken and the weights
-  and optimiser moments are those before it (earlier mini-batches of the same update stay applied). Under data
-  parallelism the ranks agree (one all-reduce of the verdict) and all raise together;
-- the gradient norm (`actor/grad_norm`): the backend clips and steps in one call, so a non-finite norm with a
-  finite loss is detected right after that step: the error says the weights in memory are not to be saved;
+- a mini-batch's loss (`actor/loss`) and the gradient norm (`actor/grad_norm`): in `run_update`, before and
+  after each optimiser step (the loss's check means that step is never taken);
 - any other metric that is NaN (but `mismatch/*`): raised at the step's end (`StepMetrics.result`).
 No step is skipped silently; the remedy is `--resume` from the last complete checkpoint (taken before the error).
 """
@@ -29,7 +26,7 @@ No step is skipped silently; the remedy is `--resume` from the last complete che
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +46,9 @@ from trainers.stale_tokens import beyond_bound_mask, correct_beyond_bound
 from trainers.step_metrics import NonFiniteError, StepMetrics
 from trainers.step_plan import MiniBatchPlan, StepPlan
 from trainers.train_config import TrainLoopConfig
+from trainers.update_loop import Backward, Position, run_update
+
+_Micro = tuple[list[int] | None, float]  # a micro-batch's rows (None: inert) and its loss tokens
 
 
 @dataclass(frozen=True)
@@ -135,106 +135,84 @@ def _inert(log_probs: torch.Tensor, top_k: torch.Tensor | None = None) -> LossOu
     return LossOutputs(log_probs.sum() * 0.0)
 
 
-def _optimizer_step(
+def _backward(
     backend: TrainingBackend,
     algorithm: Algorithm,
     batch: TrainBatch,
-    plan: MiniBatchPlan,
+    plan: StepPlan,
     t: _Tensors,
     replay: bool,
-    metrics: StepMetrics,
     capture: torch.Tensor | None,
-    step: int,
-    where: str,
-) -> None:
-    """One optimiser step on one mini-batch (this rank's share); fills `capture` with the micro-batches'
-    pre-update log-probs when given. Raises `NonFiniteError` (and takes no step) on a non-finite loss; `where`
-    names the mini-batch in its message."""
-    if plan.num_tokens == 0:
-        metrics.add_count("actor/skipped_empty_mini_batches")
-        return
-    backend.zero_grad()
-    outputs: list[tuple[LossOutputs, float]] = []
-    for rows, tokens in zip(plan.micro, plan.micro_tokens, strict=True):
+) -> Callable[[Position, _Micro], list[Backward]]:
+    """One micro-batch's forward and backward with the algorithm's loss (an inert one for a `None` micro-batch);
+    fills `capture` with the first mini-batch's pre-update log-probs of the first epoch when given."""
+
+    def run(position: Position, micro: _Micro) -> list[Backward]:
+        mini = plan.mini_batches[position.mini_batch]
+        rows, tokens = micro
         if rows is None:
-            backend.forward_backward(select_rows(batch, [plan.local[0]]), _inert, replay=replay)
-            continue
+            backend.forward_backward(select_rows(batch, [mini.local[0]]), _inert, replay=replay)
+            return []
         sub = select_rows(batch, rows)
         width = sub.input_ids.shape[1] - 1
+        fill = capture if position.epoch == 0 and position.mini_batch == 0 else None
 
-        def loss_fn(
-            lp: torch.Tensor, top: torch.Tensor | None, rows: list[int] = rows, width: int = width
-        ) -> LossOutputs:
-            if capture is not None:
-                capture[rows, :width] = lp.detach()
-            old, rollout = t.old[rows, :width], t.rollout[rows, :width]
-            is_weights = None if t.is_weights is None else t.is_weights[rows, :width]
-            b = t.beyond
-            if b is not None:
-                beyond = b.mask[rows, :width]
-                prox = lp.detach() if b.prox is None else b.prox[rows, :width]
-                old, is_weights = correct_beyond_bound(old, rollout, prox, beyond, is_weights, b.is_cap)
-            out = algorithm.loss(
-                LossInputs(
-                    log_probs=lp,
-                    old_log_probs=old,
-                    rollout_log_probs=rollout,
-                    advantages=t.advantages[rows, :width],
-                    mask=t.mask[rows, :width],
-                    num_tokens=plan.num_tokens,
-                    num_seqs=plan.num_seqs,
-                    ref_log_probs=None if t.ref is None else t.ref[rows, :width],
-                    is_weights=is_weights,
-                    top_k_log_probs=top,
-                    teacher_top_k=_top_k(batch, rows, width),
-                )
-            )
-            if b is not None and b.prox is None and is_weights is not None:  # one optimiser step: exact mean
-                out.sums["staleness/beyond_bound_is_mean"] = (is_weights * beyond).sum().double() / b.count
-            return out
+        def loss_fn(lp: torch.Tensor, top: torch.Tensor | None) -> LossOutputs:
+            if fill is not None:
+                fill[rows, :width] = lp.detach()
+            return _loss(algorithm, batch, mini, t, rows, width, lp, top)
 
-        out = backend.forward_backward(sub, loss_fn, replay=replay)
-        outputs.append((out, tokens))
-        metrics.add_micro(out, tokens)
-    _check_loss(outputs, backend, step, where)
-    grad_norm = backend.optimizer_step()
-    metrics.add_step(grad_norm)
-    if not bool(torch.isfinite(grad_norm)):
-        raise NonFiniteError(
-            f"step {step}, {where}: actor/grad_norm is {float(grad_norm)} with a finite loss, expected a finite "
-            "gradient norm. The backend clips and steps in one call, so this optimiser step was applied: the weights "
-            "in memory may not be finite and must not be saved; resume from the last checkpoint",
-            metric="actor/grad_norm",
-            step=step,
+        return [Backward(backend.forward_backward(sub, loss_fn, replay=replay), tokens)]
+
+    return run
+
+
+def _loss(
+    algorithm: Algorithm,
+    batch: TrainBatch,
+    mini: MiniBatchPlan,
+    t: _Tensors,
+    rows: list[int],
+    width: int,
+    lp: torch.Tensor,
+    top: torch.Tensor | None,
+) -> LossOutputs:
+    """The algorithm's loss on `rows` (`lp` `[b, width]` their log-probs, with gradient), with the stale-token
+    correction of the tokens beyond the bound."""
+    old, rollout = t.old[rows, :width], t.rollout[rows, :width]
+    is_weights = None if t.is_weights is None else t.is_weights[rows, :width]
+    b = t.beyond
+    if b is not None:
+        beyond = b.mask[rows, :width]
+        prox = lp.detach() if b.prox is None else b.prox[rows, :width]
+        old, is_weights = correct_beyond_bound(old, rollout, prox, beyond, is_weights, b.is_cap)
+    out = algorithm.loss(
+        LossInputs(
+            log_probs=lp,
+            old_log_probs=old,
+            rollout_log_probs=rollout,
+            advantages=t.advantages[rows, :width],
+            mask=t.mask[rows, :width],
+            num_tokens=mini.num_tokens,
+            num_seqs=mini.num_seqs,
+            ref_log_probs=None if t.ref is None else t.ref[rows, :width],
+            is_weights=is_weights,
+            top_k_log_probs=top,
+            teacher_top_k=_top_k(batch, rows, width),
         )
-
-
-def _check_loss(outputs: Sequence[tuple[LossOutputs, float]], backend: TrainingBackend, step: int, where: str) -> None:
-    """Raises `NonFiniteError` before the optimiser step when the mini-batch's loss is not finite on any rank (one
-    host synchronisation, plus one all-reduce under data parallelism so every rank raises together)."""
-    total = torch.stack([o.loss.detach().double() for o, _ in outputs]).sum() if outputs else None
-    bad = torch.zeros((), dtype=torch.float64) if total is None else (~torch.isfinite(total)).double()
-    dp = backend.data_parallel
-    if dp is not None:
-        bad = dp.sum(bad.reshape(1))[0]
-    if not bool(bad):
-        return
-    # the means of a micro-batch without loss tokens are never used (StepMetrics.add_micro): not culprits
-    named = [
-        (k, v)
-        for o, tokens in outputs
-        for part in (o.sums, o.maxima, o.means if tokens > 0 else {})
-        for k, v in part.items()
-    ]
-    culprits = sorted({k for k, v in named if not bool(torch.isfinite(v))})
-    value = "finite here, not finite on another rank" if total is None or bool(torch.isfinite(total)) else total.item()
-    raise NonFiniteError(
-        f"step {step}, {where}: actor/loss is {value} (non-finite metrics: {culprits or 'none'}), expected a finite "
-        "loss. No optimiser step was taken on it: the weights and optimiser state are those before this mini-batch; "
-        "resume from the last checkpoint",
-        metric="actor/loss",
-        step=step,
     )
+    if b is not None and b.prox is None and is_weights is not None:  # one optimiser step: exact mean
+        out.sums["staleness/beyond_bound_is_mean"] = (is_weights * beyond).sum().double() / b.count
+    return out
+
+
+def _micro_batches(plan: StepPlan) -> list[list[_Micro]]:
+    """Each mini-batch's micro-batches with their loss tokens; none for a mini-batch without loss tokens on any
+    rank (the loop skips it)."""
+    return [
+        [] if mini.num_tokens == 0 else list(zip(mini.micro, mini.micro_tokens, strict=True))
+        for mini in plan.mini_batches
+    ]
 
 
 def _check_advantages(batch: TrainBatch, tokens: torch.Tensor, per_sample: Sequence[float], step: int) -> None:
@@ -346,21 +324,10 @@ def train_step(
         beyond,
     )
     first = torch.zeros_like(dev.response_mask) if old is None else None
-    for epoch in range(cfg.ppo_epochs):
-        for i, mini in enumerate(plan.mini_batches):
-            capture = first if epoch == 0 and i == 0 else None
-            _optimizer_step(
-                backend,
-                algorithm,
-                dev,
-                mini,
-                t,
-                replay,
-                metrics,
-                capture,
-                version + 1,
-                f"epoch {epoch}, mini-batch {i}",
-            )
+    backward = _backward(backend, algorithm, dev, plan, t, replay, first)
+    run_update(
+        backend, _micro_batches(plan), cfg.ppo_epochs, backward, metrics, step=version + 1, dp=backend.data_parallel
+    )
     metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0], replay, backend.data_parallel))
     backend.advance_version()
     if backend.data_parallel is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.aggregation import aggregate
+from trainers.aggregation import aggregate, masked_mean
 from trainers.algorithm.config import OPDConfig
 from trainers.algorithm.loss_io import LossInputs, LossOutputs
 from trainers.algorithm.policy_gradient import PolicyGradient, split_metrics
@@ -28,10 +28,6 @@ from trainers.algorithm.ppo import clipped_surrogate
 from trainers.batch import TrainBatch
 from trainers.estimators import Advantages, token_advantages
 from trainers.kl import kl_loss
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 class OPD(PolicyGradient):
@@ -55,9 +51,9 @@ class OPD(PolicyGradient):
         teacher = ref_log_probs.detach().cpu()
         log_ratio = (teacher - student) * mask
         metrics = {
-            "opd/reverse_kl": _masked_mean(-log_ratio, mask),
-            "opd/teacher_log_prob": _masked_mean(teacher, mask),
-            "opd/student_log_prob": _masked_mean(student, mask),
+            "opd/reverse_kl": masked_mean(-log_ratio, mask),
+            "opd/teacher_log_prob": masked_mean(teacher, mask),
+            "opd/student_log_prob": masked_mean(student, mask),
         }
         tokens = torch.zeros_like(mask)
         per_sample = torch.zeros(mask.shape[0])
@@ -66,7 +62,7 @@ class OPD(PolicyGradient):
             tokens, per_sample = c.reward_coef * reward.tokens, c.reward_coef * reward.per_sample
         if c.loss == "pg":
             clamped = log_ratio.clamp(-c.log_ratio_clamp, c.log_ratio_clamp)
-            metrics["opd/clamped_frac"] = _masked_mean((clamped != log_ratio).float(), mask)
+            metrics["opd/clamped_frac"] = masked_mean((clamped != log_ratio).float(), mask)
             tokens = tokens + clamped * mask
             per_sample = (tokens * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
         return Advantages(tokens, per_sample, metrics)
@@ -122,4 +118,4 @@ class OPD(PolicyGradient):
             loss_scale_factor=self.loss_scale_factor,
         )
         mass = (student.detach().exp() * valid).sum(-1)  # the student's probability on the teacher's top-k
-        return loss, {"opd/fkl_loss": loss.detach(), "opd/student_top_k_mass": _masked_mean(mass, x.mask)}
+        return loss, {"opd/fkl_loss": loss.detach(), "opd/student_top_k_mass": masked_mean(mass, x.mask)}

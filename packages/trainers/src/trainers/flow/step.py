@@ -4,27 +4,31 @@
     rows  <- all, or the non-zero-advantage ones (kept divisible by the mini-batches)
     old   <- the rollout's own log-probs                       [N, W], when the batch is fresh (or old_policy rollout)
              else the trainer's recompute before the update,   with behaviour weights min(p_old / p_rollout, cap)
-    for epoch, mini-batch (rows in group order, split evenly): one optimiser step each
+    run_update: for epoch, mini-batch (rows in group order, split evenly): one optimiser step each
         for micro-batch, window step k: backend.forward_backward(micro, k, loss)
     mismatch: the trainer's pre-update log-probs vs the rollout's, when the rollout was sampled by the weights
               the trainer holds (0 up to float rounding: the recompute runs the sampler's exact inputs)
 
-A non-finite mini-batch loss raises `NonFiniteError` before its optimiser step.
+The loop and its checks are `trainers.update_loop.run_update`'s, shared with `trainers.step.train_step`: a
+non-finite mini-batch loss raises `NonFiniteError` before its optimiser step, a non-finite grad norm right after.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from flow_models.sampler import FlowRollout
 
+from trainers.algorithm.loss_io import LossOutputs
 from trainers.flow.advantages import flow_advantages, keep_for_training
 from trainers.flow.backend import FlowBackend
 from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
 from trainers.flow.loss import FlowLossInputs, flow_grpo_loss
-from trainers.step_metrics import NonFiniteError, StepMetrics
+from trainers.step_metrics import StepMetrics
+from trainers.update_loop import Backward, Position, run_update
 
 
 @dataclass(frozen=True)
@@ -71,43 +75,38 @@ def _old_policy(
     return _OldPolicy(recomputed, weights)
 
 
-def _update(
+def _micro_batches(parts: list[np.ndarray], micro_size: int) -> list[list[np.ndarray]]:
+    """Each mini-batch's rows in micro-batches of at most `micro_size` samples, in order."""
+    return [[part[start : start + micro_size] for start in range(0, len(part), micro_size)] for part in parts]
+
+
+def _backward(
     backend: FlowBackend,
     rollout: FlowRollout,
     adv: torch.Tensor,
     old: _OldPolicy,
-    rows: np.ndarray,
+    parts: list[np.ndarray],
     cfg: FlowGRPOConfig,
     clip_eps: float,
-    micro_size: int,
-    metrics: StepMetrics,
-    step: int,
-) -> None:
-    """One optimiser step on `rows`."""
-    backend.zero_grad()
-    total = torch.zeros((), dtype=torch.float64)
-    for start in range(0, len(rows), micro_size):
-        sub = rows[start : start + micro_size]
+) -> Callable[[Position, np.ndarray], list[Backward]]:
+    """One micro-batch's forward and backward at every window step, with the FlowGRPO loss over its mini-batch's
+    sample count; each pass weighs its samples."""
+
+    def loss_fn(inputs: FlowLossInputs) -> LossOutputs:
+        return flow_grpo_loss(inputs, clip_eps, cfg.beta)
+
+    def run(position: Position, sub: np.ndarray) -> list[Backward]:
+        num_samples = float(len(parts[position.mini_batch]))
         micro = rollout.select(sub.tolist())
         index = torch.as_tensor(sub, dtype=torch.long)
-
-        def loss_fn(inputs: FlowLossInputs) -> object:
-            return flow_grpo_loss(inputs, clip_eps, cfg.beta)
-
+        passes: list[Backward] = []
         for k in range(len(rollout.window)):
             weights = None if old.weights is None else old.weights[index, k]
-            out = backend.forward_backward(
-                micro, k, old.log_probs[index, k], adv[index], float(len(rows)), loss_fn, weights
-            )
-            metrics.add_micro(out, float(len(sub)))
-            total = total + out.loss.double()
-    if not torch.isfinite(total):
-        raise NonFiniteError(
-            f"step {step}: actor/loss is {float(total)}, expected a finite number; no optimiser step was taken",
-            metric="actor/loss",
-            step=step,
-        )
-    metrics.add_step(backend.optimizer_step())
+            out = backend.forward_backward(micro, k, old.log_probs[index, k], adv[index], num_samples, loss_fn, weights)
+            passes.append(Backward(out, float(len(sub))))
+        return passes
+
+    return run
 
 
 def flow_train_step(
@@ -136,9 +135,9 @@ def flow_train_step(
     clip_eps = cfg.clip_range(str(backend.sampler.reduction))
     if len(rows):
         old = _old_policy(backend, cfg, rollout, sampled_by, metrics)
-        for _ in range(loop.epochs):
-            for part in _mini_batches(rows, np.asarray(groups), loop.mini_batches_per_step):
-                _update(backend, rollout, adv, old, part, cfg, clip_eps, loop.micro_batch_size, metrics, step)
+        parts = _mini_batches(rows, np.asarray(groups), loop.mini_batches_per_step)
+        backward = _backward(backend, rollout, adv, old, parts, cfg, clip_eps)
+        run_update(backend, _micro_batches(parts, loop.micro_batch_size), loop.epochs, backward, metrics, step=step)
     else:
         metrics.add_count("actor/skipped_all_zero_advantage")
     metrics.add(
