@@ -42,8 +42,8 @@ class Lengths:
 
 
 def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
-    from async_ppo.lengths import read_excluded
     from async_ppo.summary import trained_lengths
+    from rl_pipeline.lengths import read_excluded
     from run_logging import RunDir, read_metrics
 
     run = RunDir(run_dir)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from async_ppo.config import AsyncConfig
-from async_ppo.fleet import PipelineError
-from async_ppo.ledger import LedgerState
 from async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
 from recipes.ray_config import RayConfig
 from recipes.ray_session import LocalRay
+from rl_pipeline.fleet import PipelineError
+from rl_pipeline.ledger import LedgerState
 from rollout_core import TrajectoryStatus
 from run_logging import read_metrics
 from trainers.dumps import read_dump

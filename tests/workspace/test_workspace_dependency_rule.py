@@ -98,6 +98,11 @@ RULE: dict[str, Rule] = {
         ),
         unused={"routing-state": "declared but never imported (routing rows come through rollout-core and trainers)"},
     ),
+    "rl-pipeline": Rule(
+        "The async machinery on Ray: prompt broker and ledger, staleness bound, rollouter fleet, trainer, validator "
+        "and teacher actors, step transport",
+        ("moe-models", "native-engine", "recipes", "rollout-core", "run-logging", "trainers"),
+    ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
         ("recipes", "rollout-core", "run-logging", "trainers"),
@@ -111,8 +116,8 @@ RULE: dict[str, Rule] = {
         },
     ),
     "async-ppo": Rule(
-        "Asynchronous PPO/GRPO on Ray: rollouters, prompt broker, trainer and validator actors",
-        ("moe-models", "native-engine", "recipes", "rollout-core", "run-logging", "trainers"),
+        "Asynchronous PPO/GRPO on Ray: its config, the actors' specs and the driver's loop over `rl-pipeline`",
+        ("recipes", "rl-pipeline", "rollout-core", "run-logging", "trainers"),
         unused={
             "engine-adapters": VIA_RECIPES,
             "rl-tasks": VIA_RECIPES,
@@ -122,7 +127,7 @@ RULE: dict[str, Rule] = {
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models, on the same Ray session and run directory",
-        ("flow-models", "recipes", "run-logging", "trainers"),
+        ("flow-models", "recipes", "rl-pipeline", "run-logging", "trainers"),
         unused={"run-config": VIA_RECIPES},
     ),
 }

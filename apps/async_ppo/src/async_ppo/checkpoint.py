@@ -17,10 +17,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_pipeline.ledger import LedgerState
 from run_logging import RunDir
 from run_logging.run_dir import COMPLETE
-
-from async_ppo.ledger import LedgerState
 
 PROGRESS_FILE = "progress.json"
 LEDGER_FILE = "ledger.json"

@@ -1,76 +1,20 @@
 """AsyncConfig: every knob of an async PPO run (no torch or ray imported here, so `--help` is instant).
 
 The shared sections (run, task, warmup, rollout, algorithm, train, optim, backend, validation) are every trainer
-app's (`recipes.config.RecipeConfig`), so a config that runs one trainer runs the other; this app adds pipeline,
-ray and faults. Defaults: one rollouter and one trainer on their own core each, max_staleness 1 (the rollouter
-generates step s + 1 while the trainer trains step s), weights pushed after every update with pause `keep`
-(in-flight responses continue under the new weights, each token tagged with its version).
+app's (`recipes.config.RecipeConfig`), so a config that runs one trainer runs the other; this app adds pipeline
+and faults (`rl_pipeline.config`: the async machinery's sections) and ray. Defaults: one rollouter and one trainer
+on their own core each, max_staleness 1 (the rollouter generates step s + 1 while the trainer trains step s),
+weights pushed after every update with pause `keep` (in-flight responses continue under the new weights, each token
+tagged with its version).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from recipes.config import RecipeConfig
 from recipes.ray_config import RayConfig
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
-@dataclass
-class PipelineConfig:
-    max_staleness: int = _help(
-        "max age in weight versions of the oldest token of a trained sample (0: synchronous training)", 1
-    )
-    staleness_policy: Literal["correct", "rerun"] = _help(
-        "a finished group with tokens older than max_staleness versions: `correct` trains it, each token beyond the "
-        "bound with the truncated behaviour weight min(pi_prox / mu, stale_is_cap) and its trust region at pi_prox "
-        "(docs/algorithms.md); `rerun` discards it and runs the prompt again (long responses are excluded most)",
-        "correct",
-    )
-    stale_is_cap: float = _help("staleness_policy correct: truncation of a stale token's weight pi_prox / mu", 2.0)
-    sync_every: int = _help("push weights to the rollouters after every k trainer steps", 1)
-    pause_mode: Literal["keep", "abort"] = _help(
-        "weight push: `keep` freezes in-flight responses and continues them under the new weights; `abort` "
-        "ends their engine calls and resumes them with prompt + tokens so far (partial rollout)",
-        "keep",
-    )
-    partial_rollout: bool = _help("with pause_mode abort: resume aborted responses (false: drop them, counted)", True)
-    bucket_mb: float = _help("weights travel trainer -> engines in buckets of at most this many MiB", 256.0)
-
-    def __post_init__(self) -> None:
-        if self.max_staleness < 0 or self.sync_every < 1:
-            raise ValueError(
-                f"pipeline: expected max_staleness >= 0 and sync_every >= 1, got {self.max_staleness}, "
-                f"{self.sync_every}"
-            )
-        if not self.stale_is_cap > 0:
-            raise ValueError(f"pipeline.stale_is_cap: expected > 0, got {self.stale_is_cap}")
-        if not self.bucket_mb > 0:
-            raise ValueError(f"pipeline.bucket_mb: expected > 0, got {self.bucket_mb}")
-        if self.sync_every > self.max_staleness + 1:
-            raise ValueError(
-                f"pipeline: sync_every {self.sync_every} > max_staleness + 1 = {self.max_staleness + 1}: every sample "
-                "generated between pushes would be too stale to train on; raise max_staleness or push more often"
-            )
-
-
-@dataclass
-class FaultConfig:
-    """Injected faults, for tests of the recovery paths."""
-
-    rollouter_crash_after_groups: int = _help(
-        "rollouter 0's first incarnation exits (os._exit) when it has finished this many groups, before delivering "
-        "the last one (0: never)",
-        0,
-    )
-    push_error_at_version: int = _help("rollouter 0 raises when asked to load this weight version (0: never)", 0)
-    teacher_crash_after_calls: int = _help(
-        "distillation: teacher replica 0's first incarnation exits (os._exit) on this scoring call (0: never)", 0
-    )
+from rl_pipeline.config import FaultConfig, PipelineConfig
 
 
 @dataclass

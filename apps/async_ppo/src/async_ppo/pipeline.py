@@ -29,21 +29,21 @@ from recipes.cli import exit_on_sigterm
 from recipes.ray_session import RaySession
 from recipes.setup import RunSetup, prepare_run
 from recipes.teacher import TeacherRoster, check_roster, ensure_roster
+from rl_pipeline.broker import Broker
+from rl_pipeline.fleet import PipelineError, RolloutFleet, cause
+from rl_pipeline.ledger import LedgerState
+from rl_pipeline.placement import Placement
+from rl_pipeline.step_rows import StepRows
+from rl_pipeline.teacher_pool import TeacherPool, pool_cpus
+from rl_pipeline.trainer_actor import TrainerActor, TrainOutcome
+from rl_pipeline.validator import Validator
 from run_logging import Progress
 
-from async_ppo.broker import Broker
 from async_ppo.checkpoint import PipelineProgress, commit_checkpoint, load_checkpoint, staging_dir
 from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
-from async_ppo.fleet import PipelineError, RolloutFleet, cause
-from async_ppo.ledger import LedgerState
-from async_ppo.placement import Placement
 from async_ppo.setup import rollouter_specs, trainer_spec
-from async_ppo.step_rows import StepRows
 from async_ppo.summary import RunSummary, summarize, write_plots
-from async_ppo.teacher_pool import TeacherPool, pool_cpus
-from async_ppo.trainer_actor import TrainerActor, TrainOutcome
-from async_ppo.validator import Validator
 
 PROGRESS_FIELDS = {
     "reward": "reward/mean",

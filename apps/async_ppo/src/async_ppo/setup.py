@@ -7,10 +7,10 @@ from __future__ import annotations
 from recipes.engine_config import EngineSite
 from recipes.requests import GroupSpec
 from recipes.setup import RunSetup
+from rl_pipeline.rollouter import RollouterSpec
+from rl_pipeline.trainer_actor import TrainerSpec
 
 from async_ppo.config import AsyncConfig
-from async_ppo.rollouter import RollouterSpec
-from async_ppo.trainer_actor import TrainerSpec
 
 MIB = 1 << 20
 

@@ -6,11 +6,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_pipeline.lengths import read_excluded
 from rollout_core import TrajectoryStatus
 from run_logging import Panel, RunDir, plot_histogram, plot_histograms, plot_metrics, read_metrics
 from trainers.dumps import read_dump
-
-from async_ppo.lengths import read_excluded
 
 PANELS = (
     Panel("training reward / accuracy", ("reward/mean", "reward/acc")),

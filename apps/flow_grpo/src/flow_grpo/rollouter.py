@@ -1,6 +1,7 @@
 """FlowRollouter: samples and scores one step's images with the weights it was last sent. The same class runs in
 the driver's process or as a Ray actor; either way its calls run one at a time, in the order they were made
-(`rollouts.py`), so what step s trains depends only on the settings, never on timing.
+(`rl_pipeline.transport`: `LocalRollouts` or `RayRollouts` build it from its spec), so what step s trains depends only
+on the settings, never on timing.
 
 A step's draws (classes, initial noise, window start, window noise) come from a generator seeded by `(seed,
 step)`: a batch is a pure function of the weights that sampled it and its step.
@@ -40,6 +41,9 @@ class RollouterSpec:
     reward: RewardSpec
     seed: int
     torch_threads: int
+
+    def build(self, sync: WeightSync) -> FlowRollouter:
+        return FlowRollouter(self, sync)
 
 
 class FlowRollouter:

@@ -14,6 +14,7 @@ from flow_models.rewards import RewardFn
 from flow_models.velocity import VelocityConfig
 from flow_models.warmup import FlowWarmupConfig
 from recipes.setup import claim_run_dir
+from rl_pipeline.transport import LocalRollouts, RayRollouts, Rollouts
 from run_logging import MetricsLog, RunDir, RunLock
 from trainers.flow.backend import FlowBackend
 
@@ -21,7 +22,6 @@ from flow_grpo.cli import DEFAULT_RUNS_ROOT
 from flow_grpo.config import FlowConfig
 from flow_grpo.rewards import RewardSpec
 from flow_grpo.rollouter import RollouterSpec
-from flow_grpo.rollouts import LocalRollouts, RayRollouts, Rollouts
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from flow_models.digits import NUM_CLASSES
+from rl_pipeline.staleness import checked_lag
 from run_logging import Progress
 from trainers.flow.step import flow_train_step
 
@@ -73,12 +74,7 @@ class FlowGRPO:
     def step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         batch, wait = self.take(step)
-        lag = (step - 1) - batch.version
-        if not 0 <= lag <= self.cfg.pipeline.max_staleness:
-            raise RuntimeError(
-                f"step {step}: batch sampled by weights {batch.version}, expected weights "
-                f"{step - 1 - self.cfg.pipeline.max_staleness}..{step - 1}"
-            )
+        lag = checked_lag(step - 1, batch.version, self.cfg.pipeline.max_staleness)
         t1 = time.perf_counter()
         result = flow_train_step(
             self.s.backend,

@@ -15,10 +15,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from async_ppo.broker import Broker
-from async_ppo.group import ExcludedGroup, FinishedGroup
-from async_ppo.lengths import length_metrics, read_excluded, write_excluded
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
+from rl_pipeline.broker import Broker
+from rl_pipeline.group import ExcludedGroup, FinishedGroup
+from rl_pipeline.lengths import length_metrics, read_excluded, write_excluded
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory
 from run_logging import RunDir
@@ -71,7 +71,8 @@ async def simulate(policy: str) -> Outcome:
                 del running[k]
         stale = len(ledger.stale_ready(version)) if broker.rerun_stale else 0
         if ledger.num_ready - stale >= P:
-            groups, excluded = await broker.take(P, version)
+            groups, stale = await broker.take(P, version)
+            excluded = [ExcludedGroup.of(g) for g in stale]  # what the trainer records of them
             out.trained += [g.index for g in groups]
             out.excluded += excluded
             out.lags += [version - g.min_version for g in groups if g.min_version is not None]

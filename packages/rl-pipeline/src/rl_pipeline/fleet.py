@@ -18,8 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from async_ppo.placement import Placement
-from async_ppo.rollouter import Rollouter, RollouterSpec
+from rl_pipeline.placement import Placement
+from rl_pipeline.rollouter import Rollouter, RollouterSpec
 
 
 class PipelineError(RuntimeError):

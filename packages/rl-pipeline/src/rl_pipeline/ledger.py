@@ -4,7 +4,7 @@ Prompt `k` (0-based) of the run's prompt stream is the prompt that synchronous t
 `k % prompts_per_step` of step `k // prompts_per_step + 1` (its *slot*); seeds and examples derive from the slot,
 so a prompt that runs again draws the same example and seeds.
 
-Invariants (pinned by tests/async_ppo/test_async_ppo_ledger.py):
+Invariants (pinned by tests/rl_pipeline/test_rl_pipeline_ledger.py):
 - every index below `cursor` is either trained (counted, then forgotten) or held here as a ticket: never both,
   never neither; a snapshot lists exactly the held tickets, so a resumed run trains each prompt at most once
   and loses none;
@@ -20,6 +20,8 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
+
+from rl_pipeline.staleness import oldest_trainable
 
 G = TypeVar("G")
 
@@ -188,13 +190,13 @@ class PromptLedger(Generic[G]):
 
     def stale_ready(self, trainer_version: int) -> list[tuple[int, G]]:
         """The ready groups `exclude_stale(trainer_version)` would send to run again, by index (a query)."""
-        floor = trainer_version - self.max_staleness
+        floor = oldest_trainable(trainer_version, self.max_staleness)
         stale = sorted(i for i in self._ready if (v := self.tickets[i].min_version) is not None and v < floor)
         return [(i, self._ready[i]) for i in stale]
 
     def exclude_stale(self, trainer_version: int) -> list[int]:
         """Ready groups whose oldest token is older than `trainer_version - max_staleness` run again."""
-        floor = trainer_version - self.max_staleness
+        floor = oldest_trainable(trainer_version, self.max_staleness)
         stale = sorted(i for i in self._ready if (v := self.tickets[i].min_version) is not None and v < floor)
         for i in stale:
             self._requeue(i)

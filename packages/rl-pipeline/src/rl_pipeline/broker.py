@@ -3,18 +3,21 @@
 Runs as one Ray actor (an asyncio actor: its methods interleave but never run in parallel, so every ledger
 transition is atomic). Rollouters `lease` prompts and `complete` groups; the trainer side `take`s a step's
 groups. Back-pressure: `complete` waits while `capacity` groups are ready and unconsumed; `lease` waits while
-admission (max_staleness) allows no new prompt. `stop` wakes every waiter.
+admission (max_staleness) allows no new prompt. `stop` wakes every waiter. Generic over the group type: it reads
+only what `rl_pipeline.group.Group` names (index, rollouter, oldest version), so any app's finished groups (token
+responses, images) go through the same broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from recipes.ray_node import NodeAware
 
-from async_ppo.group import ExcludedGroup, FinishedGroup
-from async_ppo.ledger import LedgerCounters, LedgerState, PromptLedger, PromptTicket, TicketStatus
+from rl_pipeline.group import Group
+from rl_pipeline.ledger import LedgerCounters, LedgerState, PromptLedger, PromptTicket, TicketStatus
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,10 @@ class BrokerStats:
         )
 
 
-class Broker(NodeAware):
+G = TypeVar("G", bound=Group)
+
+
+class Broker(NodeAware, Generic[G]):
     """`rerun_stale`: a ready group older than the staleness bound runs again (`pipeline.staleness_policy rerun`);
     else every finished group is trained, its stale tokens corrected by the trainer."""
 
@@ -51,7 +57,7 @@ class Broker(NodeAware):
     ) -> None:
         if capacity < prompts_per_step:
             raise ValueError(f"Broker: expected capacity >= prompts_per_step ({prompts_per_step}), got {capacity}")
-        self.ledger: PromptLedger[FinishedGroup] = PromptLedger(prompts_per_step, max_staleness, state)
+        self.ledger: PromptLedger[G] = PromptLedger(prompts_per_step, max_staleness, state)
         self.rerun_stale = rerun_stale
         self.capacity = capacity
         self.served_version = served_version
@@ -70,7 +76,7 @@ class Broker(NodeAware):
                 return []
             return self.ledger.lease(rollouter, n, self.served_version)
 
-    async def complete(self, group: FinishedGroup) -> bool:
+    async def complete(self, group: G) -> bool:
         """Waits while the queue is full; False when the ticket was released meanwhile (result discarded)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self.stopped or self.ledger.num_ready < self.capacity)
@@ -80,18 +86,18 @@ class Broker(NodeAware):
             self._changed.notify_all()
             return accepted
 
-    async def take(self, n: int, trainer_version: int) -> tuple[list[FinishedGroup], list[ExcludedGroup]]:
+    async def take(self, n: int, trainer_version: int) -> tuple[list[G], list[G]]:
         """The `n` lowest-index ready groups; with `rerun_stale`, only those whose oldest token is at most
         max_staleness versions older than `trainer_version`, the too-stale ones sent to run again. Returns (groups,
-        the groups excluded meanwhile). `n` must be in [1, capacity]: more could never be ready at once
-        (`complete` blocks at capacity)."""
+        the groups excluded meanwhile: their prompts run again, they are never trained). `n` must be in [1,
+        capacity]: more could never be ready at once (`complete` blocks at capacity)."""
         if not 1 <= n <= self.capacity:
             raise ValueError(f"Broker.take: expected 1 <= n <= capacity ({self.capacity}), got {n}")
-        excluded: list[ExcludedGroup] = []
+        excluded: list[G] = []
         async with self._changed:
             while True:
                 if self.rerun_stale and (stale := self.ledger.stale_ready(trainer_version)):
-                    excluded += [ExcludedGroup.of(g) for _, g in stale]
+                    excluded += [g for _, g in stale]
                     self.ledger.exclude_stale(trainer_version)
                     self._changed.notify_all()
                 if self.ledger.num_ready >= n or self.stopped:

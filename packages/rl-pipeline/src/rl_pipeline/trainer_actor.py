@@ -23,10 +23,10 @@ from run_logging import RunDir
 from trainers import StaleBound
 from trainers.backend import BackendState
 
-from async_ppo.behaviour_probe import BehaviourProbe
-from async_ppo.group import ExcludedGroup, FinishedGroup
-from async_ppo.lengths import length_metrics, write_excluded
-from async_ppo.staleness import staleness_metrics
+from rl_pipeline.behaviour_probe import BehaviourProbe
+from rl_pipeline.group import ExcludedGroup, FinishedGroup
+from rl_pipeline.lengths import length_metrics, write_excluded
+from rl_pipeline.staleness import oldest_trainable, staleness_metrics
 
 
 @dataclass(frozen=True)
@@ -76,16 +76,18 @@ class TrainerActor(NodeAware):
     def get_version(self) -> int:
         return self.trainer.version
 
-    def train(self, step: int, taken: tuple[list[FinishedGroup], list[ExcludedGroup]]) -> TrainOutcome:
-        """One update on every ok response of the groups (all other statuses are counted, never trained). With
+    def train(self, step: int, taken: tuple[list[FinishedGroup], list[FinishedGroup]]) -> TrainOutcome:
+        """One update on every ok response of the groups `Broker.take` returned (all other statuses are counted,
+        never trained); the groups it excluded as too stale are recorded by their lengths only. With
         `stale_is_cap`, the batch carries the staleness bound: its tokens beyond it are trained corrected."""
-        groups, excluded = taken
+        groups, stale = taken
+        excluded = [ExcludedGroup.of(g) for g in stale]
         t0 = time.perf_counter()
         scored = [s for g in groups for s in g.samples]
         sb = self.trainer.prepare(scored)
         policy_version = self.trainer.version
         if self.spec.stale_is_cap is not None:
-            bound = StaleBound(policy_version - self.spec.max_staleness, self.spec.stale_is_cap)
+            bound = StaleBound(oldest_trainable(policy_version, self.spec.max_staleness), self.spec.stale_is_cap)
             sb = dataclasses.replace(sb, batch=dataclasses.replace(sb.batch, stale_bound=bound))
         write_excluded(self.run, step, excluded)
         t1 = time.perf_counter()

@@ -29,8 +29,8 @@ from recipes.teacher import DEFAULT_TEACHER
 from recipes.teacher_stream import attach_teacher
 from recipes.weight_sync import RayWeightSync, WeightHandle
 
-from async_ppo.group import FinishedGroup
-from async_ppo.ledger import PromptTicket
+from rl_pipeline.group import FinishedGroup
+from rl_pipeline.ledger import PromptTicket
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Rollouter(NodeAware):
     def __init__(self, spec: RollouterSpec, broker: Any, teachers: Mapping[str, tuple[Any, ...]] | None = None) -> None:
         """`broker`: a Ray actor handle of `Broker` (or, in-process, any object whose methods return awaitables
         through `.remote`); `teachers`: the distillation teachers' replicas by roster key
-        (`async_ppo.teacher_pool.TeacherPool.replicas`), None without distillation."""
+        (`rl_pipeline.teacher_pool.TeacherPool.replicas`), None without distillation."""
         torch.set_num_threads(spec.torch_threads)
         os.nice(spec.niceness)
         self.spec = spec

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from run_logging import RunDir
 
-from async_ppo.group import ExcludedGroup, FinishedGroup
+from rl_pipeline.group import ExcludedGroup, FinishedGroup
 
 
 def excluded_path(run: RunDir, step: int) -> Path:

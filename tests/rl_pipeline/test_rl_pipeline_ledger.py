@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
-from async_ppo.ledger import LedgerCounters, LedgerState, PromptLedger, TicketStatus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from rl_pipeline.ledger import LedgerCounters, LedgerState, PromptLedger, TicketStatus
 
 ROLLOUTERS = st.integers(0, 2)
 

@@ -7,14 +7,26 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 import torch
-from async_ppo.cli import parse
-from async_ppo.validator import Validator
-from async_ppo_helpers import TASK
+from recipes.config import RecipeConfig
 from recipes.setup import check_lengths
 from recipes.weight_sync import LocalWeightSync, WeightHandle
+from rl_pipeline.validator import Validator
 from rl_tasks.warmup import ensure_base_checkpoint
+from run_config import parse_config
 from trainers.dumps import read_dump
+
+# the tiny task of tests/async_ppo
+TASK = [
+    "--task.train_size", "400", "--task.val_size", "12", "--task.addition_weight", "0.5", "--task.sort_weight", "0.5",
+    "--warmup.steps", "8", "--warmup.examples_per_step", "16",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def warmup_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pipeline-warmup-cache")
 
 
 class _LocalFetch(LocalWeightSync):
@@ -26,7 +38,7 @@ class _LocalFetch(LocalWeightSync):
 
 
 def _validator(tmp_path: Path, warmup_cache: Path) -> tuple[Validator, dict[str, torch.Tensor]]:
-    cfg, _ = parse([*TASK, "--validation.max_prompts", "8"])
+    cfg = parse_config(RecipeConfig, [*TASK, "--validation.max_prompts", "8"])
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, warmup_cache)
     max_new, max_len = check_lengths(cfg, cfg.task.build())
     validator = Validator(

@@ -1,8 +1,11 @@
-"""Staleness of trained samples, in weight versions.
+"""Staleness of trained samples, in weight versions: the bound and the metrics.
 
 A trainer step that updates policy version `v` (its weights before the update) trains a token sampled by
 version `u` with staleness `v - u` >= 0. A sample's staleness is its oldest token's (`v - min_version`); its
 version span `max_version - min_version` > 0 means a weight push happened while it was being generated.
+`max_staleness` k bounds it: policy `v` trains as sampled what versions `v - k .. v` sampled (k = 0: synchronous).
+Every app's check of that bound goes through `oldest_trainable` (the broker's exclusion, the trainer's per-token
+correction) or `checked_lag` (a batch sampled by a single version: FlowGRPO).
 """
 
 from __future__ import annotations
@@ -11,6 +14,23 @@ import statistics
 from collections.abc import Sequence
 
 from rollout_core import NOT_SAMPLED, Trajectory
+
+
+def oldest_trainable(policy_version: int, max_staleness: int) -> int:
+    """The oldest weight version whose samples policy `policy_version` trains as sampled (older: too stale)."""
+    return policy_version - max_staleness
+
+
+def checked_lag(policy_version: int, sampled_by: int, max_staleness: int) -> int:
+    """`policy_version - sampled_by` for samples all drawn by weights `sampled_by`; raises RuntimeError unless it
+    is within [0, max_staleness] (newer weights than the policy, or too stale: the pipeline broke its bound)."""
+    lag = policy_version - sampled_by
+    if not 0 <= lag <= max_staleness:
+        raise RuntimeError(
+            f"policy version {policy_version}: got samples of weights {sampled_by}, expected weights "
+            f"{oldest_trainable(policy_version, max_staleness)}..{policy_version} (max_staleness {max_staleness})"
+        )
+    return lag
 
 
 def staleness_metrics(trajectories: Sequence[Trajectory], policy_version: int) -> dict[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from async_ppo.step_rows import StepRows
+from rl_pipeline.step_rows import StepRows
 from run_logging import MetricsLog, read_metrics
 
 

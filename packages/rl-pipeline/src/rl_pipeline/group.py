@@ -1,4 +1,5 @@
-"""FinishedGroup: all responses of one prompt, as a rollouter hands them to the broker and the trainer reads them.
+"""Groups: what the broker needs of a finished group (`Group`), and the LLM pipeline's group of scored responses
+(`FinishedGroup`), as a rollouter hands it to the broker and the trainer reads it.
 
 The requests of prompt `k` are exactly those synchronous training makes for its slot (step `k // P + 1`, position
 `k % P`; `recipes.requests`): same example, same request ids, same sampling seeds. With max_staleness 0 the two
@@ -8,9 +9,25 @@ trainers therefore see the same data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from recipes.samples import SampleStatus, ScoredSample
 from rollout_core import NOT_SAMPLED
+
+
+class Group(Protocol):
+    """What `Broker` and `PromptLedger` read of a finished group, whatever its samples are (token responses,
+    images): the prompt index it answers, the owner id of the rollouter incarnation that made it (a lease released
+    after a fault refuses it), and the weight version of its oldest sample (None: nothing was sampled)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def rollouter(self) -> int: ...
+
+    @property
+    def min_version(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
