@@ -43,7 +43,7 @@ class Lengths:
 
 def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
     from async_ppo.lengths import read_excluded
-    from async_ppo.summary import trained_lengths
+    from async_ppo.report import trained_lengths
     from run_logging import RunDir, read_metrics
 
     run = RunDir(run_dir)
