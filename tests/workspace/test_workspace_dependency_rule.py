@@ -62,7 +62,7 @@ RULE: dict[str, Rule] = {
     "run-config": Rule("Typed dataclass configs from defaults, TOML and `--section.key` flags (stdlib only)"),
     "run-logging": Rule("The run directory: metrics JSONL, progress bar, plots (no torch)"),
     "run-loop": Rule(
-        "One run lifecycle: start or `--resume`, the step loop, `due()`, checkpoints, summary, plots (no torch, no Ray)",
+        "One run lifecycle: start or `--resume`, the step loop, `due()`, checkpoints, summary, plots (no torch)",
         ("run-logging",),
     ),
     "moe-models": Rule("The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, char tokenizer"),
