@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from run_logging import MetricsLog, Panel, RunDir, read_metrics
-from run_loop import Checkpoint, RunReport, RunSummary, drive, last_of
-from run_loop.summary import Rows
+from run_loop import Checkpoint, Rows, RunReport, RunSummary, drive, last_of
 
 
 @dataclass(frozen=True)

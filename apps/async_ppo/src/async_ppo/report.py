@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from rollout_core import TrajectoryStatus
 from run_logging import Panel, RunDir, plot_histogram, plot_histograms
-from run_loop import RunReport, mean_of
-from run_loop.summary import Rows
+from run_loop import Rows, RunReport, mean_of
 from trainers.dumps import read_dump
 
 from async_ppo.lengths import read_excluded

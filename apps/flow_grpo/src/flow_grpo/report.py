@@ -8,8 +8,7 @@ from pathlib import Path
 
 from flow_models.digits import NUM_CLASSES
 from run_logging import Panel, RunDir, read_metrics
-from run_loop import RunReport, last_of
-from run_loop.summary import Rows
+from run_loop import Rows, RunReport, last_of
 
 from flow_grpo.pictures import save_before_after
 from flow_grpo.validation import ValidationResult

@@ -4,12 +4,13 @@ checkpoints with the app's extras, progress bar, plots and summary. No torch, no
 from run_loop.checkpoint import Checkpoint, RunProgress, commit_checkpoint, load_latest, stage_checkpoint
 from run_loop.driver import LoopSettings, RunApp, drive
 from run_loop.schedule import due
-from run_loop.summary import Details, RunReport, RunSummary, last_of, mean_of, summarize, write_plots
+from run_loop.summary import Details, Rows, RunReport, RunSummary, last_of, mean_of, summarize, write_plots
 
 __all__ = [
     "Checkpoint",
     "Details",
     "LoopSettings",
+    "Rows",
     "RunApp",
     "RunProgress",
     "RunReport",
