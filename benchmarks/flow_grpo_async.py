@@ -28,8 +28,8 @@ def _run(args: argparse.Namespace, run_dir: Path, staleness: int) -> tuple[float
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if int(r["step"]) > 1]  # type: ignore[call-overload]
     seconds = sum(float(r["timing/step_s"]) for r in rows)  # type: ignore[arg-type]
     images = sum(float(r["rollout/images"]) for r in rows)  # type: ignore[arg-type]
-    assert summary.final_val_reward is not None
-    return images / seconds, summary.final_val_reward
+    assert summary.final is not None
+    return images / seconds, summary.final
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ class Lengths:
 
 
 def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
-    from async_ppo.summary import trained_lengths
+    from async_ppo.report import trained_lengths
     from rl_pipeline.lengths import read_excluded
     from run_logging import RunDir, read_metrics
 

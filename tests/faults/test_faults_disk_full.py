@@ -16,10 +16,12 @@ import pytest
 from faults_apps import app_flags, resume_flags
 from faults_tally import FaultTally
 from run_logging import RunDir, read_metrics
+from run_loop import RunProgress
+from run_loop import driver as run_driver
 from safetensors import SafetensorError
 from sync_ppo import trainer as sync_trainer
-from sync_ppo.checkpoint import load_checkpoint
 from sync_ppo.cli import parse
+from trainers.backend import BackendState
 from trainers.backend import state as state_module
 
 pytestmark = pytest.mark.faults
@@ -28,16 +30,20 @@ WRITER = textwrap.dedent("""
     import resource, sys, torch
     from pathlib import Path
     from run_logging import RunDir
-    from sync_ppo.checkpoint import TrainerProgress, save_checkpoint
+    from run_loop import RunProgress, commit_checkpoint, stage_checkpoint
     from trainers.backend import BackendState
 
+    def save(state: BackendState, progress: RunProgress) -> None:  # what sync_ppo's checkpoint hook writes
+        folder = stage_checkpoint(run, progress.step)
+        state.save(folder)
+        commit_checkpoint(run, folder, progress, keep=2)
+
     run = RunDir.create(Path(sys.argv[1]))
-    small = BackendState({"model.w": torch.ones(16)}, version=1)
-    save_checkpoint(run, small, TrainerProgress(1, 1, 0, None, 1.0), keep=2)
+    save(BackendState({"model.w": torch.ones(16)}, version=1), RunProgress(1, 1, 0, None, 1.0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 18, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     big = BackendState({"model.w": torch.ones(1 << 20)}, version=2)  # 4 MiB > the 256 KiB the disk has left
     try:
-        save_checkpoint(run, big, TrainerProgress(2, 2, 0, None, 2.0), keep=2)
+        save(big, RunProgress(2, 2, 0, None, 2.0))
     except OSError as exc:
         print(f"errno {exc.errno}: {exc}")
         sys.exit(3)
@@ -64,7 +70,7 @@ def test_a_real_failing_write_keeps_the_previous_checkpoint_and_the_next_start_c
     tally.check(run.stale_checkpoints() == [run.staging(2)], f"debris {run.stale_checkpoints()}")
     RunDir.create(root)  # the next start
     tally.check(run.stale_checkpoints() == [], "the partial folder survived the next start")
-    state, progress = load_checkpoint(run.checkpoint(1))
+    state, progress = BackendState.load(run.checkpoint(1)), RunProgress.read(run.checkpoint(1))
     tally.check(state.version == progress.step == 1 and state.tensors["model.w"].numel() == 16, "checkpoint 1")
 
 
@@ -96,13 +102,14 @@ def test_a_full_disk_mid_checkpoint_in_a_run_then_resume_from_the_last_complete_
 
     monkeypatch.undo()
     loaded: list[tuple[Path, list[Path]]] = []
-    real_load = sync_trainer.load_checkpoint
+    real_load = run_driver.load_latest
 
-    def spy_load(path: Path) -> object:
-        loaded.append((path, run.stale_checkpoints()))
-        return real_load(path)
+    def spy_load(at: RunDir) -> object:
+        checkpoint = real_load(at)
+        loaded.append((checkpoint.path, run.stale_checkpoints()))
+        return checkpoint
 
-    monkeypatch.setattr(sync_trainer, "load_checkpoint", spy_load)
+    monkeypatch.setattr(run_driver, "load_latest", spy_load)
     cfg, resume = parse(resume_flags(run_dir))
     sync_trainer.train(cfg, resume=resume)
     tally.check(loaded == [(run.checkpoint(2), [])], f"resume loaded {loaded} (path, debris at that moment)")

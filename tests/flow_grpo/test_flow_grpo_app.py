@@ -42,7 +42,7 @@ def test_a_run_logs_validation_reward_and_writes_image_grids(cache: str, tmp_pat
         assert (tmp_path / "run" / "plots" / f"samples_{step}.png").stat().st_size > 0
     assert "val/reward/mean" not in by_step[4]
     assert float(by_step[1]["mismatch/max_abs"]) < 1e-6  # synchronous: the recompute is exact
-    for name in ("before_after.png", "reward.png"):
+    for name in ("before_after.png", "training.png"):
         assert (tmp_path / "run" / "plots" / name).stat().st_size > 0
 
 
@@ -112,5 +112,5 @@ def test_the_default_recipe_raises_the_validation_reward(tmp_path: Path):
             "--pipeline.ray", "false", "--run.progress", "false", "--run.plots", "false"]  # fmt: skip
     cfg, _ = parse(argv)
     summary = train(cfg)
-    assert summary.base_val_reward <= 0.6  # the base leaves room
-    assert summary.final_val_reward is not None and summary.final_val_reward - summary.base_val_reward >= 0.2
+    assert summary.base is not None and summary.base <= 0.6  # the base leaves room
+    assert summary.final is not None and summary.final - summary.base >= 0.2

@@ -44,10 +44,10 @@ def test_tiny_run_writes_every_artifact_and_dumps_no_padding(
     for step in (0, 2):
         assert len(read_dump(root / "validation" / f"{step}.jsonl")) == 8 * 3  # greedy + 2 samples per prompt
     assert (root / "checkpoints" / "2" / "COMPLETE").exists()
-    assert json.loads((root / "checkpoints" / "2" / "trainer.json").read_text())["engine_version"] == 2
+    assert json.loads((root / "checkpoints" / "2" / "progress.json").read_text())["version"] == 2
     assert (root / "plots" / "training.png").stat().st_size > 10_000
-    assert summary.steps == 2 and summary.base_val_acc == rows[0]["val/greedy_acc"]
-    assert summary.mismatch_replay is not None and summary.mismatch_replay < 2e-6
+    assert summary.steps == 2 and summary.base == rows[0]["val/greedy_acc"]
+    assert summary.details.mismatch_replay is not None and summary.details.mismatch_replay < 2e-6
 
 
 def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(

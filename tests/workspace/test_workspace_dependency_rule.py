@@ -61,6 +61,10 @@ RULE: dict[str, Rule] = {
     ),
     "run-config": Rule("Typed dataclass configs from defaults, TOML and `--section.key` flags (stdlib only)"),
     "run-logging": Rule("The run directory: metrics JSONL, progress bar, plots (no torch)"),
+    "run-loop": Rule(
+        "One run lifecycle: start or `--resume`, the step loop, `due()`, checkpoints, summary, plots (no torch)",
+        ("run-logging",),
+    ),
     "moe-models": Rule("The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, char tokenizer"),
     "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
     "native-engine": Rule(
@@ -105,7 +109,7 @@ RULE: dict[str, Rule] = {
     ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
-        ("recipes", "rollout-core", "run-logging", "trainers"),
+        ("recipes", "rollout-core", "run-logging", "run-loop", "trainers"),
         unused={
             "moe-models": VIA_RECIPES,
             "native-engine": VIA_RECIPES,
@@ -117,7 +121,7 @@ RULE: dict[str, Rule] = {
     ),
     "async-ppo": Rule(
         "Asynchronous PPO/GRPO on Ray: its config, the actors' specs and the driver's loop over `rl-pipeline`",
-        ("recipes", "rl-pipeline", "rollout-core", "run-logging", "trainers"),
+        ("recipes", "rl-pipeline", "rollout-core", "run-logging", "run-loop", "trainers"),
         unused={
             "engine-adapters": VIA_RECIPES,
             "rl-tasks": VIA_RECIPES,
@@ -127,7 +131,7 @@ RULE: dict[str, Rule] = {
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models, on the same Ray session and run directory",
-        ("flow-models", "recipes", "rl-pipeline", "run-logging", "trainers"),
+        ("flow-models", "recipes", "rl-pipeline", "run-logging", "run-loop", "trainers"),
         unused={"run-config": VIA_RECIPES},
     ),
 }

@@ -8,6 +8,9 @@
         every k steps: start a validation on the validator's own engine (collected when ready)
         metrics line -> progress bar -> checkpoint (trainer state + ledger of unfinished prompts)
 
+`Pipeline` is the `run_loop.RunApp` that `run_loop.drive` runs (start or resume, the step loop, checkpoints): a
+checkpoint's trainer save is queued and the ledger snapshotted before the next step's take and update are queued.
+
 The driver handles object references and metrics only: groups go broker -> trainer (which writes the rollout
 dump), weights trainer -> object store -> rollouters and validator (which writes the validation dump).
 
@@ -17,7 +20,7 @@ While it waits, the fleet replaces rollouters that die (their prompts run again)
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,21 +40,15 @@ from rl_pipeline.step_rows import StepRows
 from rl_pipeline.teacher_pool import TeacherPool, pool_cpus
 from rl_pipeline.trainer_actor import TrainerActor, TrainOutcome
 from rl_pipeline.validator import Validator
-from run_logging import Progress
+from run_loop import Checkpoint, RunSummary, drive, due
 
-from async_ppo.checkpoint import PipelineProgress, commit_checkpoint, load_checkpoint, staging_dir
 from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
+from async_ppo.report import REPORT, AsyncDetails
 from async_ppo.setup import rollouter_specs, trainer_spec
-from async_ppo.summary import RunSummary, summarize, write_plots
 
-PROGRESS_FIELDS = {
-    "reward": "reward/mean",
-    "val_acc": "val/greedy_acc",
-    "stale": "staleness/sample_mean",
-    "queue": "queue/ready_groups",
-    "tok/s": "perf/rollout_tokens_per_s",
-}
+LEDGER_FILE = "ledger.json"  # in a checkpoint: every prompt started but not trained (queued and in flight)
+TRAINER_DIR = "trainer"  # in a checkpoint: the trainer actor's backend state
 
 
 @dataclass(frozen=True)
@@ -68,6 +65,7 @@ class StagedCheckpoint:
     tmp: Path
     saved: Any  # the trainer's save call
     ledger: LedgerState
+    version: int  # the trainer's, after the step
 
 
 class Pipeline:
@@ -79,26 +77,24 @@ class Pipeline:
         self.session = session
         self.pending_validations: dict[int, Any] = {}
         self.rows = StepRows(setup.log, next_step=0)
-        self.base_val_acc: float | None = None
         self.staged: StagedCheckpoint | None = None
+        self.call: TrainCall | None = None  # the next step's queued take and update
         self.last_step_end = time.perf_counter()
 
     # ------------------------------------------------------------------ start
-    async def start(self, resume: bool) -> PipelineProgress:
+    async def start(self, loaded: Checkpoint | None) -> None:
+        """Starts every actor (from the checkpoint's trainer state and ledger when resuming), then queues the first
+        step; a fresh run first starts the base model's validation (step 0)."""
         cfg, s = self.cfg, self.setup
-        loaded = None
-        if resume:
-            path = s.run.latest_checkpoint()
-            if path is None:
-                raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
-            loaded = load_checkpoint(path)
-            s.log.truncate_after(loaded.progress.step)
+        ledger = None
+        if loaded:
+            ledger = LedgerState.from_json_dict(json.loads((loaded.path / LEDGER_FILE).read_text()))
             self.rows = StepRows(s.log, next_step=loaded.progress.step + 1)
         version = loaded.progress.version if loaded else 0
         self.trainer = (
             ray.remote(TrainerActor)
             .options(**self.session.trainer_options())
-            .remote(trainer_spec(s), str(loaded.trainer_dir) if loaded else None)
+            .remote(trainer_spec(s), str(loaded.path / TRAINER_DIR) if loaded else None)
         )
         p = cfg.rollout
         self.broker = (
@@ -109,7 +105,7 @@ class Pipeline:
                 cfg.pipeline.max_staleness,
                 (1 + cfg.pipeline.max_staleness) * p.prompts_per_step,
                 version,
-                loaded.ledger if loaded else None,
+                ledger,
                 rerun_stale=cfg.pipeline.staleness_policy == "rerun",
             )
         )
@@ -141,11 +137,11 @@ class Pipeline:
         roles = [a.node_id.remote() for a in (self.trainer, self.broker, self.validator)]
         await self.fleet.start(weights, version)
         await self._record_placement(roles)
-        if loaded:
-            self.base_val_acc = loaded.progress.base_val_acc
-            return loaded.progress
-        self._validate(0, None)
-        return PipelineProgress(0, 0, cfg.run.seed, None, 0.0)
+        done = loaded.progress.step if loaded else 0
+        if not loaded:
+            self._validate(0, None)
+        self.call = self.submit(done + 1) if done < cfg.run.steps else None
+        self.last_step_end = time.perf_counter()
 
     async def _record_placement(self, roles: list[Any]) -> None:
         """`placement.json`: the node of every role; the fleet adds each rollouter's later moves."""
@@ -180,9 +176,21 @@ class Pipeline:
         taken = self.broker.take.remote(self.cfg.rollout.prompts_per_step, step - 1)
         return TrainCall(step, taken, self.trainer.train.remote(step, taken))
 
-    async def step(self, call: TrainCall) -> tuple[dict[str, float], TrainCall | None]:
+    async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
+        """`run_loop.RunApp.step`: finishes the queued call of `step` (queuing the next), adds its training metrics
+        to its line and collects finished validations (after the last step: all). Returns what the bar shows."""
+        call = self.call
+        if call is None or call.step != step:
+            raise RuntimeError(f"Pipeline.step: expected the queued call of step {step}, got {call}")
+        metrics, self.call = await self.finish(call, checkpoint)
+        self.rows.add_training(step, metrics)
+        return metrics | await self.collect_validations(wait_up_to=None if self.call else step)
+
+    async def finish(self, call: TrainCall, checkpoint: Path | None) -> tuple[dict[str, float], TrainCall | None]:
         """Finishes `call`; queues the next step's update before pushing and logging this one, so the
-        trainer never waits for the driver. Returns the step's metrics and the next call (None after the last)."""
+        trainer never waits for the driver. `checkpoint`: the staging folder when this step ends in a checkpoint
+        (the trainer's save is queued into it before the next update). Returns the step's metrics and the next call
+        (None after the last)."""
         cfg, step = self.cfg, call.step
         try:
             outcome: TrainOutcome = await self.fleet.wait(
@@ -195,10 +203,10 @@ class Pipeline:
             ) from exc
         t1 = time.perf_counter()
         push = step % cfg.pipeline.sync_every == 0 or step == cfg.run.steps
-        validate = self.due(step, cfg.validation.every_steps)
+        validate = due(step, cfg.validation.every_steps, cfg.run.steps)
         weights = self.trainer.publish.remote() if push or validate else None
-        if self.due(step, cfg.run.checkpoint_every):
-            await self._stage_checkpoint(step)  # queued on the trainer before the next update
+        if checkpoint is not None:
+            await self._stage_checkpoint(checkpoint, outcome.version)  # queued on the trainer before the next update
         after = self.submit(step + 1) if step < cfg.run.steps else None
         metrics = dict(outcome.metrics)
         if push:
@@ -232,9 +240,6 @@ class Pipeline:
                 "complete checkpoint with --resume"
             ) from exc
 
-    def due(self, step: int, every: int) -> bool:
-        return (every > 0 and step % every == 0) or step == self.cfg.run.steps
-
     async def _describe(self) -> str:
         stats = await self.broker.stats.remote()
         return f"Broker: {stats.describe()}; rollouter restarts {self.fleet.restarts}"
@@ -259,35 +264,32 @@ class Pipeline:
             if not ready and (wait_up_to is None or step > wait_up_to):
                 continue
             result: dict[str, float] = await asyncio.wait_for(ref, self.cfg.ray.call_timeout_s)
-            if step == 0:
-                self.base_val_acc = result.get("val/greedy_acc")
-                if self.roster is not None and self.roster.default.val_accuracy is not None:
-                    result = result | {"teacher/val_acc": self.roster.default.val_accuracy}
+            if step == 0 and self.roster is not None and self.roster.default.val_accuracy is not None:
+                result = result | {"teacher/val_acc": self.roster.default.val_accuracy}
             self.rows.add_validation(step, result)
             del self.pending_validations[step]
             newest = result
         return newest
 
-    async def _stage_checkpoint(self, step: int) -> None:
+    async def _stage_checkpoint(self, tmp: Path, version: int) -> None:
         """The trainer's save is queued and the ledger snapshotted before the next step's take and update, so
-        both describe exactly the state after `step`."""
-        tmp = staging_dir(self.setup.run, step)
-        saved = self.trainer.save.remote(str(tmp / "trainer"))
-        self.staged = StagedCheckpoint(tmp, saved, await self.broker.snapshot.remote())
+        both describe exactly the state after the step."""
+        saved = self.trainer.save.remote(str(tmp / TRAINER_DIR))
+        self.staged = StagedCheckpoint(tmp, saved, await self.broker.snapshot.remote(), version)
 
-    async def commit_checkpoint(self, progress: PipelineProgress) -> None:
-        """Completes the checkpoint staged at `progress.step`. The validations of steps <= it are awaited first, so
-        every metrics line up to the checkpoint (validation included) is written before `COMPLETE`: a kill after
-        it loses nothing that `--resume` would not redo."""
+    async def save(self, step: int, folder: Path) -> int:
+        """`run_loop.RunApp.save`: completes the checkpoint staged at `step`. The validations of steps <= it are
+        awaited first, so every metrics line up to the checkpoint (validation included) is written before `COMPLETE`:
+        a kill after it loses nothing that `--resume` would not redo."""
         staged, self.staged = self.staged, None
-        if staged is None:
-            raise RuntimeError(f"commit_checkpoint: no checkpoint was staged at step {progress.step}")
-        await self.collect_validations(wait_up_to=progress.step)
-        progress = dataclasses.replace(progress, base_val_acc=self.base_val_acc)
-        if self.rows.next_step <= progress.step:
-            raise RuntimeError(f"commit_checkpoint: metrics of steps {self.rows.unwritten} are not written yet")
+        if staged is None or staged.tmp != folder:
+            raise RuntimeError(f"Pipeline.save: expected a checkpoint staged in {folder}, got {staged}")
+        await self.collect_validations(wait_up_to=step)
+        if self.rows.next_step <= step:
+            raise RuntimeError(f"Pipeline.save: metrics of steps {self.rows.unwritten} are not written yet")
         await asyncio.wait_for(staged.saved, self.cfg.ray.call_timeout_s)
-        commit_checkpoint(self.setup.run, staged.tmp, staged.ledger, progress, keep=self.cfg.run.keep_checkpoints)
+        (folder / LEDGER_FILE).write_text(json.dumps(staged.ledger.to_json_dict(), indent=1) + "\n")
+        return staged.version
 
     async def stop(self) -> None:
         await self.broker.stop.remote()
@@ -306,16 +308,32 @@ class Pipeline:
         if self.teachers is not None:
             self.teachers.kill()
 
+    async def close(self, completed: bool) -> None:
+        """`run_loop.RunApp.close`: stops the actors in order after a whole run, then ends every one (after an
+        error too), the Ray session and the run directory's lock."""
+        try:
+            if completed:
+                await self.stop()
+        finally:
+            try:
+                self.kill()
+                self.session.close()
+            finally:
+                self.setup.close()
 
-async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary:
+
+async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary[AsyncDetails]:
     setup = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
     try:
-        return await _run(setup, resume)
-    finally:
+        pipe = _open(setup)
+    except BaseException:
         setup.close()
+        raise
+    return await drive(pipe, setup.run, setup.log, cfg.run, REPORT, resume=resume)
 
 
-async def _run(setup: RunSetup, resume: bool) -> RunSummary:
+def _open(setup: RunSetup) -> Pipeline:
+    """The pipeline over a Ray session of its own (the teachers of distillation checked before Ray starts)."""
     cfg: AsyncConfig = setup.cfg  # type: ignore[assignment]
     roster = None
     if cfg.algorithm.kind == "opd":  # built (or read from its cache) and checked before Ray starts
@@ -323,39 +341,9 @@ async def _run(setup: RunSetup, resume: bool) -> RunSummary:
         check_roster(cfg.teacher, roster, setup.tokenizer, setup.max_len)
     session = RaySession.open(cfg.ray, extra_cpus=pool_cpus(cfg.teacher, len(roster.items())) if roster else 0.0)
     exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below
-    pipe = Pipeline(setup, session, roster)
-    t0 = time.perf_counter()
-    try:
-        progress = await pipe.start(resume)
-        elapsed0 = progress.elapsed_s
-        bar = Progress(cfg.run.steps, PROGRESS_FIELDS, initial=progress.step, disable=not cfg.run.progress)
-        try:
-            call = pipe.submit(progress.step + 1) if progress.step < cfg.run.steps else None
-            pipe.last_step_end = time.perf_counter()
-            while call is not None:
-                step = call.step
-                metrics, call = await pipe.step(call)
-                pipe.rows.add_training(step, metrics)
-                bar.update(step, metrics | await pipe.collect_validations())
-                progress = PipelineProgress(
-                    step, step, cfg.run.seed, pipe.base_val_acc, elapsed0 + time.perf_counter() - t0
-                )
-                if pipe.staged is not None:
-                    await pipe.commit_checkpoint(progress)
-            await pipe.collect_validations(wait_up_to=cfg.run.steps)
-        finally:
-            bar.close()
-        await pipe.stop()
-    finally:
-        pipe.kill()
-        session.close()
-    if cfg.run.plots:
-        write_plots(setup.run)
-    return summarize(
-        setup.run, seed=cfg.run.seed, wall_s=elapsed0 + time.perf_counter() - t0, base_val_acc=pipe.base_val_acc
-    )
+    return Pipeline(setup, session, roster)
 
 
-def train(cfg: AsyncConfig, *, resume: bool = False) -> RunSummary:
+def train(cfg: AsyncConfig, *, resume: bool = False) -> RunSummary[AsyncDetails]:
     """Runs (or resumes) a whole async run; returns its summary."""
     return asyncio.run(run_pipeline(cfg, resume))

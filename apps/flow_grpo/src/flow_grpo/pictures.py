@@ -1,6 +1,5 @@
 """The run's pictures (matplotlib, Agg): a grid of validation images per validation (`plots/samples_<step>.png`:
-one row per class, the same seeds every time), the base next to the final model (`plots/before_after.png`), and
-the reward curves (`plots/reward.png`)."""
+one row per class, the same seeds every time) and the base next to the final model (`plots/before_after.png`)."""
 
 from __future__ import annotations
 
@@ -8,15 +7,8 @@ from pathlib import Path
 
 import numpy as np
 from flow_models.digits import IMAGE_SIZE, NUM_CLASSES
-from run_logging import Panel, plot_metrics
 
 GAP = 0.12  # intensity of the 1-pixel lines between images (0 is the paper colour, 1 full ink)
-REWARD_PANELS = (
-    Panel("reward (train batch mean, validation ODE sampler)", ("reward/mean", "val/reward/mean")),
-    Panel("validation: classifier probability and accuracy", ("val/class_prob/mean", "val/class_acc")),
-    Panel("policy loss / clip fraction", ("actor/pg_loss", "actor/clip_frac")),
-    Panel("version lag of trained batches", ("rollout/version_lag",)),
-)
 
 
 def tile(images: np.ndarray, per_class: int) -> np.ndarray:
@@ -61,7 +53,3 @@ def save_before_after(
     before: np.ndarray, after: np.ndarray, per_class: int, titles: tuple[str, str], path: Path
 ) -> Path:
     return _figure([(titles[0], tile(before, per_class)), (titles[1], tile(after, per_class))], path)
-
-
-def save_reward_curves(metrics_path: Path, path: Path) -> Path:
-    return plot_metrics(metrics_path, path, REWARD_PANELS)

@@ -4,6 +4,7 @@
     -> flow_train_step (advantages, clipped per-step loss, optimiser steps) -> weights s
     -> push weights s to the rollouter, submit batch s + k + 1 (so it is sampled by weights >= s)
     -> validate every k steps (ODE sampler, fixed seeds; image grid) -> metrics line -> checkpoint every k steps
+       (the weights and every batch in flight; the loop, start and resume are `run_loop.drive`'s)
 
 With k = 0 this is synchronous: every batch is sampled by the weights the trainer holds. With k >= 1 the
 rollouter samples the next batches while the trainer updates. Which weights sample which batch depends only on
@@ -12,24 +13,26 @@ the settings (the rollouter runs its calls in order), never on timing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from flow_models.digits import NUM_CLASSES
 from rl_pipeline.staleness import checked_lag
-from run_logging import Progress
+from run_loop import Checkpoint, RunSummary, drive, due
+from trainers.backend import BackendState
 from trainers.flow.step import flow_train_step
 
 from flow_grpo.batch import RolloutBatch
-from flow_grpo.checkpoint import FlowProgress, load_checkpoint, save_checkpoint
 from flow_grpo.config import FlowConfig
 from flow_grpo.pictures import save_grid
+from flow_grpo.report import FlowDetails, report
 from flow_grpo.setup import FlowSetup, prepare
-from flow_grpo.summary import FlowSummary, summarize, write_plots
 from flow_grpo.validation import ValidationResult, validate
 
-PROGRESS_FIELDS = {"reward": "reward/mean", "val": "val/reward/mean", "img/s": "perf/images_per_s"}
+PENDING = "pending"  # checkpoints/<step>/pending/<s>.npz: batches submitted but not trained at the checkpoint
 
 
 @dataclass
@@ -41,9 +44,6 @@ class FlowGRPO:
     @property
     def cfg(self) -> FlowConfig:
         return self.s.cfg
-
-    def due(self, step: int, every: int) -> bool:
-        return (every > 0 and step % every == 0) or step == self.cfg.run.steps
 
     def push_weights(self) -> None:
         weights, version = self.s.backend.export_weights()
@@ -71,7 +71,27 @@ class FlowGRPO:
             save_grid(grid, v.grid_per_class, title, s.run.plots / f"samples_{step}.png")
         return result.metrics
 
-    def step(self, step: int) -> dict[str, float]:
+    async def start(self, checkpoint: Checkpoint | None) -> None:
+        """A fresh run validates the base (step 0); a resumed one restores the checkpoint and its pending batches.
+        Either way the rollouter then gets the trainer's weights and the first batches are submitted."""
+        s, k = self.s, self.cfg.pipeline.max_staleness
+        if checkpoint is None:
+            self.s.log.log(0, self.validate(0) | {"reward_model/val_acc": s.classifier_val_acc})
+        else:
+            s.backend.load_state_dict(BackendState.load(checkpoint.path))
+            pending = (RolloutBatch.load(p) for p in sorted((checkpoint.path / PENDING).glob("*.npz")))
+            self.ready = {b.step: b for b in pending if b.step <= self.cfg.run.steps}
+        self.push_weights()
+        done = 0 if checkpoint is None else checkpoint.progress.step
+        for step in range(done + 1, done + k + 2):
+            self.submit(step)
+
+    async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
+        metrics = self.run_step(step)
+        self.s.log.log(step, metrics)
+        return metrics
+
+    def run_step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         batch, wait = self.take(step)
         lag = checked_lag(step - 1, batch.version, self.cfg.pipeline.max_staleness)
@@ -91,7 +111,7 @@ class FlowGRPO:
         self.submit(step + self.cfg.pipeline.max_staleness + 1)
         t3 = time.perf_counter()
         metrics = result.metrics | _batch_metrics(batch, lag)
-        if self.due(step, self.cfg.validation.every_steps):
+        if due(step, self.cfg.validation.every_steps, self.cfg.run.steps):
             metrics |= self.validate(step)
         metrics |= {
             "timing/wait_s": wait,
@@ -104,18 +124,20 @@ class FlowGRPO:
         metrics["perf/images_per_s"] = len(batch.rewards) / metrics["timing/step_s"]
         return metrics
 
-    def checkpoint(self, progress: FlowProgress) -> None:
-        """Takes every batch in flight first: they are saved with the weights (none is lost or re-sampled)."""
-        for step in sorted(self.submitted):
-            self.ready[step] = self.s.rollouts.take(step)[0]
+    async def save(self, step: int, folder: Path) -> int:
+        """Takes every batch in flight first: they are saved with the weights (`pending/<step>.npz`), so none is
+        lost or re-sampled."""
+        for pending in sorted(self.submitted):
+            self.ready[pending] = self.s.rollouts.take(pending)[0]
         self.submitted.clear()
-        save_checkpoint(
-            self.s.run,
-            self.s.backend.state_dict(),
-            progress,
-            list(self.ready.values()),
-            keep=self.cfg.run.keep_checkpoints,
-        )
+        self.s.backend.state_dict().save(folder)
+        (folder / PENDING).mkdir()
+        for batch in self.ready.values():
+            batch.save(folder / PENDING / f"{batch.step}.npz")
+        return self.s.backend.version
+
+    async def close(self, completed: bool) -> None:
+        self.s.close()
 
 
 def _grid_images(result: ValidationResult, per_class: int) -> np.ndarray:
@@ -136,59 +158,14 @@ def _batch_metrics(batch: RolloutBatch, lag: int) -> dict[str, float]:
     }
 
 
-def _start(loop: FlowGRPO, resume: bool) -> FlowProgress:
-    """A fresh run validates the base (step 0); a resumed one restores the latest checkpoint and its pending
-    batches. Either way the rollouter then gets the trainer's weights and the first batches are submitted."""
-    s, k = loop.s, loop.cfg.pipeline.max_staleness
-    if not resume:
-        metrics = loop.validate(0)
-        s.log.log(0, metrics | {"reward_model/val_acc": s.classifier_val_acc})
-        progress = FlowProgress(0, loop.cfg.run.seed, metrics["val/reward/mean"], 0.0)
-    else:
-        path = s.run.latest_checkpoint()
-        if path is None:
-            raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
-        state, progress, pending = load_checkpoint(path)
-        s.backend.load_state_dict(state)
-        loop.ready = {b.step: b for b in pending if b.step <= loop.cfg.run.steps}
-        s.log.truncate_after(progress.step)
-    loop.push_weights()
-    for step in range(progress.step + 1, progress.step + k + 2):
-        loop.submit(step)
-    return progress
-
-
-def run_loop(cfg: FlowConfig, resume: bool) -> FlowSummary:
+async def run_loop(cfg: FlowConfig, resume: bool) -> RunSummary[FlowDetails]:
     import torch
 
     torch.set_num_threads(cfg.run.torch_threads)
     s = prepare(cfg, resume=resume)
-    loop = FlowGRPO(s)
-    t0 = time.perf_counter()
-    try:
-        progress = _start(loop, resume)
-        elapsed0 = progress.elapsed_s
-        bar = Progress(cfg.run.steps, PROGRESS_FIELDS, initial=progress.step, disable=not cfg.run.progress)
-        try:
-            for step in range(progress.step + 1, cfg.run.steps + 1):
-                metrics = loop.step(step)
-                s.log.log(step, metrics)
-                bar.update(step, metrics)
-                progress = FlowProgress(
-                    step, cfg.run.seed, progress.base_val_reward, elapsed0 + time.perf_counter() - t0
-                )
-                if loop.due(step, cfg.run.checkpoint_every):
-                    loop.checkpoint(progress)
-        finally:
-            bar.close()
-        wall = elapsed0 + time.perf_counter() - t0  # validation of step 0 and the steps (not start-up or shutdown)
-    finally:
-        s.close()
-    if cfg.run.plots:
-        write_plots(s.run, cfg.validation.grid_per_class)
-    return summarize(s.run, seed=cfg.run.seed, wall_s=wall, base_val_reward=progress.base_val_reward)
+    return await drive(FlowGRPO(s), s.run, s.log, cfg.run, report(cfg.validation.grid_per_class), resume=resume)
 
 
-def train(cfg: FlowConfig, *, resume: bool = False) -> FlowSummary:
+def train(cfg: FlowConfig, *, resume: bool = False) -> RunSummary[FlowDetails]:
     """Runs (or resumes) a whole FlowGRPO run; returns its summary."""
-    return run_loop(cfg, resume)
+    return asyncio.run(run_loop(cfg, resume))

@@ -4,7 +4,7 @@
     group as it finishes) -> reward (errors counted, excluded)
     -> policy trainer: drop non-ok samples, pad, advantages, update (algorithm on backend), rollout dump
     -> push weights (pause, update_weights(version + 1), resume) -> validate every k steps -> metrics line
-    -> checkpoint every k steps
+    -> checkpoint every k steps (the loop, start and resume are `run_loop.drive`'s)
 
 Sync is async with zero staleness: every response of step s is sampled by the weights of version s - 1, which
 the trainer holds when it updates.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from recipes.engine_config import EngineSite
 from recipes.engines.protocol import RolloutEngine
@@ -30,20 +31,18 @@ from recipes.tensorboard_log import TensorBoardLog
 from recipes.validation import validate
 from recipes.weight_sync import LocalWeightSync
 from rollout_core import NOT_SAMPLED
-from run_logging import Progress
+from run_loop import Checkpoint, RunSummary, drive, due
+from trainers.backend import BackendState
 from trainers.dumps import write_dump
 
-from sync_ppo.checkpoint import TrainerProgress, load_checkpoint, save_checkpoint
 from sync_ppo.cli import DEFAULT_RUNS_ROOT
 from sync_ppo.config import SyncConfig
-from sync_ppo.summary import RunSummary, summarize, write_plots
-
-PROGRESS_FIELDS = {"reward": "reward/mean", "val_acc": "val/greedy_acc", "tok/s": "perf/step_tokens_per_s"}
+from sync_ppo.report import REPORT, SyncDetails
 
 
 @dataclass
 class SyncPPO:
-    """The step of the loop, over the run's pieces."""
+    """The step of the loop, over the run's pieces (a `run_loop.RunApp`)."""
 
     s: RunSetup
     engine: RolloutEngine
@@ -51,13 +50,11 @@ class SyncPPO:
     sync: LocalWeightSync
     teacher: TeacherSet | None = None  # on-policy distillation: scores each finished group
     teacher_val_acc: float | None = None  # the default teacher's greedy accuracy, measured when it was built
+    board: TensorBoardLog | None = None  # a mirror of metrics.jsonl when tensorboard is installed
 
     @property
     def cfg(self) -> SyncConfig:
         return self.s.cfg  # type: ignore[return-value]
-
-    def due(self, step: int, every: int) -> bool:
-        return (every > 0 and step % every == 0) or step == self.cfg.run.steps
 
     async def generate(self, step: int) -> tuple[list[ScoredSample], dict[str, float]]:
         r, s = self.cfg.rollout, self.s
@@ -117,7 +114,49 @@ class SyncPPO:
         diffs = probe(self.engine.native.model, self.trainer.steps.policy_model(), ok, d.precision_layers, autocast)
         write_probe(self.s.run.root, step, diffs)
 
-    async def step(self, step: int) -> dict[str, float]:
+    async def start(self, checkpoint: Checkpoint | None) -> None:
+        """A fresh run validates the base model (step 0); a resumed one restores the checkpoint's backend state and
+        pushes its weights."""
+        if checkpoint is None:
+            metrics = await self.validate(0)
+            if self.teacher_val_acc is not None:
+                metrics["teacher/val_acc"] = self.teacher_val_acc
+            self.record(0, metrics)
+            return
+        steps = self.trainer.steps
+        steps.load_state_dict(BackendState.load(checkpoint.path))
+        if checkpoint.progress.version != steps.version:
+            raise ValueError(
+                f"{checkpoint.path}: expected the backend version {steps.version}, got {checkpoint.progress.version}"
+            )
+        await self.push_weights()
+
+    def record(self, step: int, metrics: dict[str, float]) -> None:
+        self.s.log.log(step, metrics)
+        if self.board is not None:
+            self.board.log(step, metrics)
+
+    async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
+        metrics = await self.run_step(step)
+        self.record(step, metrics)
+        return metrics
+
+    async def save(self, step: int, folder: Path) -> int:
+        self.trainer.steps.state_dict().save(folder)
+        return self.engine.engine.weight_version
+
+    async def close(self, completed: bool) -> None:
+        try:
+            await self.engine.close()
+            self.trainer.close()
+            if self.teacher is not None:
+                await self.teacher.close()
+            if self.board is not None:
+                self.board.close()
+        finally:
+            self.s.close()
+
+    async def run_step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         scored, metrics = await self.generate(step)
         if step in self.cfg.debug.precision_steps:
@@ -127,7 +166,7 @@ class SyncPPO:
         t2 = time.perf_counter()
         await self.push_weights()
         t3 = time.perf_counter()
-        if self.due(step, self.cfg.validation.every_steps):
+        if due(step, self.cfg.validation.every_steps, self.cfg.run.steps):
             metrics |= await self.validate(step)
         metrics |= {
             "timing/train_s": t2 - t1,
@@ -160,80 +199,24 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
         trainer = PolicyTrainer.build(
             cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id, max_new_tokens=s.max_new_tokens, run=s.run
         )
+        board = TensorBoardLog.open_if_installed(s.run.root / "tensorboard")
     except BaseException:
         for part in (teacher, engine):
             if part is not None:
                 await part.close()
         s.close()
         raise
-    return SyncPPO(s, engine, trainer, LocalWeightSync(), teacher, teacher_acc)
+    return SyncPPO(s, engine, trainer, LocalWeightSync(), teacher, teacher_acc, board)
 
 
-async def _start(loop: SyncPPO, resume: bool) -> TrainerProgress:
-    """A fresh run validates the base model (step 0); a resumed one restores the latest complete checkpoint."""
-    s, steps = loop.s, loop.trainer.steps
-    if not resume:
-        metrics = await loop.validate(0)
-        if loop.teacher_val_acc is not None:
-            metrics["teacher/val_acc"] = loop.teacher_val_acc
-        s.log.log(0, metrics)
-        return TrainerProgress(0, steps.version, loop.cfg.run.seed, metrics.get("val/greedy_acc"), 0.0)
-    path = s.run.latest_checkpoint()
-    if path is None:
-        raise ValueError(f"--resume: expected a complete checkpoint under {s.run.checkpoints}, got none")
-    state, progress = load_checkpoint(path)
-    steps.load_state_dict(state)
-    if progress.engine_version != steps.version:
-        raise ValueError(f"{path}: engine version {progress.engine_version} != backend version {steps.version}")
-    await loop.push_weights()
-    s.log.truncate_after(progress.step)
-    return progress
-
-
-async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary:
+async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary[SyncDetails]:
     import torch
 
     torch.set_num_threads(cfg.run.torch_threads)
     loop = await _build(cfg, resume)
-    s = loop.s
-    t0 = time.perf_counter()
-    try:
-        progress = await _start(loop, resume)
-        elapsed0 = progress.elapsed_s
-        bar = Progress(cfg.run.steps, PROGRESS_FIELDS, initial=progress.step, disable=not cfg.run.progress)
-        board = TensorBoardLog.open_if_installed(s.run.root / "tensorboard")
-        try:
-            for step in range(progress.step + 1, cfg.run.steps + 1):
-                metrics = await loop.step(step)
-                s.log.log(step, metrics)
-                if board is not None:
-                    board.log(step, metrics)
-                bar.update(step, metrics)
-                progress = TrainerProgress(
-                    step,
-                    loop.engine.engine.weight_version,
-                    cfg.run.seed,
-                    progress.base_val_acc,
-                    elapsed0 + time.perf_counter() - t0,
-                )
-                if loop.due(step, cfg.run.checkpoint_every):
-                    save_checkpoint(s.run, loop.trainer.steps.state_dict(), progress, keep=cfg.run.keep_checkpoints)
-        finally:
-            bar.close()
-            if board is not None:
-                board.close()
-    finally:
-        await loop.engine.close()
-        loop.trainer.close()
-        if loop.teacher is not None:
-            await loop.teacher.close()
-        s.close()
-    if cfg.run.plots:
-        write_plots(s.run)
-    wall = elapsed0 + time.perf_counter() - t0
-    return summarize(s.run, seed=cfg.run.seed, wall_s=wall, base_val_acc=progress.base_val_acc)
+    return await drive(loop, loop.s.run, loop.s.log, cfg.run, REPORT, resume=resume)
 
 
-def train(cfg: SyncConfig, *, resume: bool = False) -> RunSummary:
+def train(cfg: SyncConfig, *, resume: bool = False) -> RunSummary[SyncDetails]:
     """Runs (or resumes) a whole training run; returns its summary."""
     return asyncio.run(run_loop(cfg, resume))
