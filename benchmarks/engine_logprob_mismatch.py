@@ -19,9 +19,7 @@ from rollout_core import SamplingParams, Segment
 
 
 def _generate(model: MoEForCausalLM, prompts: list[list[int]], new_tokens: int, compiled: bool) -> list[Segment]:
-    engine = NativeEngine(
-        model, max_slots=len(prompts), max_len=64 + new_tokens, eos_token_ids=(), compile_decode=compiled
-    )
+    engine = NativeEngine(model, slots=len(prompts), max_len=64 + new_tokens, eos_token_ids=(), compile_decode=compiled)
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0)
 
     async def main() -> list[Segment]:

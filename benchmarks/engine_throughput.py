@@ -158,7 +158,7 @@ def build(cfg: BenchConfig) -> Bench:
         hf = Qwen3MoeForCausalLM.from_pretrained(tmp).eval()
     engine = NativeEngine(
         model,
-        max_slots=cfg.prompts,
+        slots=cfg.prompts,
         max_len=cfg.prompt_len + cfg.new_tokens,
         eos_token_ids=(),
         compile_decode=cfg.compile_decode,

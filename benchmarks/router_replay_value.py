@@ -65,7 +65,7 @@ def _sample_bf16(checkpoint: Path, prompts: list[list[int]], max_new: int, seed:
 
     model = load_pretrained(checkpoint).to(torch.bfloat16)
     width = max(len(p) for p in prompts) + max_new
-    engine = NativeEngine(model, EngineConfig(max_slots=128, max_len=width, cache_dtype="bfloat16", seed=seed))
+    engine = NativeEngine(model, EngineConfig(slots=128, dtype="bfloat16"), max_len=width, seed=seed)
 
     async def run() -> list:  # type: ignore[type-arg]
         try:

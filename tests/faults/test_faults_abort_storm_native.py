@@ -158,7 +158,7 @@ def test_abort_storms_on_the_native_engine_keep_every_invariant_and_each_version
     tally: FaultTally,
 ) -> None:
     weights = Weights()
-    engine = NativeEngine(tiny_model(0, vocab_size=VOCAB, eos_token_id=EOS), max_slots=8, max_len=64, decode_burst=4)
+    engine = NativeEngine(tiny_model(0, vocab_size=VOCAB, eos_token_id=EOS), slots=8, max_len=64, decode_burst=4)
     counts = {"responses": 0, "resumed": 0, "multi_version": 0, "replayed": 0}
 
     async def one(s: Schedule) -> None:

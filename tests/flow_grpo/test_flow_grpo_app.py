@@ -78,7 +78,7 @@ def test_changing_the_data_on_resume_is_refused(cache: str, tmp_path: Path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--sampler.window_hi", "9"], "window_range"),
+        (["--sampler.window_hi", "9"], "window_lo, window_hi"),
         (["--sampler.sde_kind", "cps", "--sampler.window_hi", "6"], "CPS window"),
         (["--train.mini_batches_per_step", "100"], "mini_batches_per_step"),
         (["--validation.grid_per_class", "5"], "grid_per_class"),

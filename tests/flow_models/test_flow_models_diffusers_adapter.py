@@ -15,9 +15,10 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from flow_models.diffusers_adapter import SD3Velocity, random_prompt_embeddings, tiny_sd3_transformer
-from flow_models.sampler import SamplerConfig, VelocityFn, sample, window_log_prob
-from flow_models.sde import SdeKind
-from flow_models.velocity import VelocityConfig, VelocityMLP
+from flow_models.sampler import VelocityFn, sample, window_log_prob
+from flow_models.sampler_config import SamplerConfig, SdeKind
+from flow_models.velocity import VelocityMLP
+from flow_models.velocity_config import VelocityConfig
 from torch import nn
 
 NUM_CLASSES = 3
@@ -101,9 +102,9 @@ def test_ode_sampler_equals_the_stable_diffusion_3_pipeline(adapter: SD3Velocity
     torch.testing.assert_close(ours.images, latents, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", [SdeKind.SDE, SdeKind.CPS])
+@pytest.mark.parametrize("kind", ["sde", "cps"])
 def test_recomputed_window_log_probs_equal_the_rollouts(adapter: SD3Velocity, kind: SdeKind) -> None:
-    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.7, kind=kind, window_size=2, window_range=(0, 5))
+    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.7, sde_kind=kind, window_size=2, window_lo=0, window_hi=5)
     generator = torch.Generator().manual_seed(2)
     rollout = sample(adapter, LABELS, initial_noise(3), cfg, generator, window_start=cfg.draw_window_start(generator))
     assert rollout.log_probs.shape == (len(LABELS), 2)
@@ -119,7 +120,7 @@ def test_recomputed_window_log_probs_equal_the_rollouts(adapter: SD3Velocity, ki
 @torch.no_grad()
 def test_sde_log_prob_equals_a_hand_computed_gaussian_density(adapter: SD3Velocity, window_start: int) -> None:
     """One SDE step recomputed in float64 from the formulas, the velocity from the transformer called directly."""
-    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.7, window_size=1, window_range=(0, 6))
+    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.7, window_size=1, window_lo=0, window_hi=6)
     rollout = sample(adapter, LABELS, initial_noise(4), cfg, torch.Generator().manual_seed(8), window_start)
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     scheduler.set_timesteps(6)
@@ -150,7 +151,7 @@ def reference_step(
     index = scheduler.index_for_timestep(timestep)
     sigma, sigma_prev, sigma_max = scheduler.sigmas[index], scheduler.sigmas[index + 1], scheduler.sigmas[1].item()
     dt = sigma_prev - sigma
-    if kind is SdeKind.SDE:
+    if kind == "sde":
         std_dev_t = torch.sqrt(sigma / (1 - torch.where(sigma == 1, sigma_max, sigma))) * noise_level
         mean = (
             sample_ * (1 + std_dev_t**2 / (2 * sigma) * dt)
@@ -165,7 +166,7 @@ def reference_step(
         return mean, torch.zeros(sample_.shape[0])
     if prev_sample is None:
         prev_sample = mean + std * torch.randn(sample_.shape, generator=generator, dtype=torch.float32)
-    if kind is SdeKind.SDE:
+    if kind == "sde":
         log_prob = -((prev_sample - mean) ** 2) / (2 * std**2) - torch.log(std) - math.log(math.sqrt(2 * math.pi))
     else:
         log_prob = -((prev_sample - mean) ** 2)
@@ -183,10 +184,10 @@ def reference_rollout(
     for i, t in enumerate(scheduler.timesteps):
         v = model_output(latents, t.expand(len(LABELS)), LABELS)
         if i not in window:
-            latents, _ = reference_step(scheduler, v, t, latents, 0.0, cfg.kind, None, None)
+            latents, _ = reference_step(scheduler, v, t, latents, 0.0, cfg.sde_kind, None, None)
             continue
         stored.append(latents)
-        latents, log_prob = reference_step(scheduler, v, t, latents, cfg.noise_level, cfg.kind, None, generator)
+        latents, log_prob = reference_step(scheduler, v, t, latents, cfg.noise_level, cfg.sde_kind, None, generator)
         log_probs.append(log_prob)
         if i == window[-1]:
             stored.append(latents)
@@ -203,14 +204,14 @@ def mlp_case(_: SD3Velocity) -> tuple[VelocityFn, ModelOutput]:
 
 
 @pytest.mark.parametrize("case", [sd3_case, mlp_case], ids=["sd3-adapter", "velocity-mlp"])
-@pytest.mark.parametrize("kind", [SdeKind.SDE, SdeKind.CPS])
+@pytest.mark.parametrize("kind", ["sde", "cps"])
 def test_sampler_and_log_probs_equal_the_flow_grpo_reference_for_both_models(
     adapter: SD3Velocity, case: Callable[[SD3Velocity], tuple[VelocityFn, ModelOutput]], kind: SdeKind
 ) -> None:
     """The same `sample` + `window_log_prob` code over our MLP and over the diffusers adapter reproduces a reference
     Flow-GRPO chain (diffusers' scheduler sigmas and timesteps, the same noise stream) for each model."""
     fn, model_output = case(adapter)
-    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.8, kind=kind, window_size=2, window_range=(0, 5))
+    cfg = SamplerConfig(num_steps=6, shift=3.0, noise_level=0.8, sde_kind=kind, window_size=2, window_lo=0, window_hi=5)
     noise = initial_noise(11)
     rollout = sample(fn, LABELS, noise, cfg, torch.Generator().manual_seed(12), window_start=1)
     reference_generator = torch.Generator().manual_seed(12)
@@ -253,13 +254,13 @@ class MlpAsSd3(nn.Module):
         return (self.mlp(hidden_states.float(), timestep.float() / 1000, labels).to(hidden_states.dtype),)
 
 
-@pytest.mark.parametrize("kind", [SdeKind.SDE, SdeKind.CPS])
+@pytest.mark.parametrize("kind", ["sde", "cps"])
 def test_adapter_path_agrees_with_the_own_model_path_on_a_shared_model(kind: SdeKind) -> None:
     """The same `VelocityMLP`, once direct and once behind `SD3Velocity` (labels -> prompt rows, sigma -> timestep),
     gives the same rollout and log-probs; each path's recompute accepts the other's rollout."""
     mlp = random_velocity_mlp(5)
     wrapped = SD3Velocity(MlpAsSd3(mlp), torch.zeros(NUM_CLASSES, 1, 2), torch.eye(NUM_CLASSES))
-    cfg = SamplerConfig(num_steps=5, shift=3.0, noise_level=0.7, kind=kind, window_size=2, window_range=(0, 4))
+    cfg = SamplerConfig(num_steps=5, shift=3.0, noise_level=0.7, sde_kind=kind, window_size=2, window_lo=0, window_hi=4)
     noise = initial_noise(13)
     direct = sample(mlp, LABELS, noise, cfg, torch.Generator().manual_seed(3), window_start=2)
     adapted = sample(wrapped, LABELS, noise, cfg, torch.Generator().manual_seed(3), window_start=2)
@@ -315,7 +316,7 @@ def test_tiny_transformer_is_deterministic_per_seed_and_leaves_the_global_rng_al
 @torch.no_grad()
 def test_single_channel_tiny_transformer_drives_the_sampler() -> None:
     velocity = SD3Velocity.with_random_prompts(tiny_sd3_transformer(2, in_channels=1), NUM_CLASSES, seed=2)
-    cfg = SamplerConfig(num_steps=4, shift=1.0, noise_level=0.7, window_size=1, window_range=(0, 4))
+    cfg = SamplerConfig(num_steps=4, shift=1.0, noise_level=0.7, window_size=1, window_lo=0, window_hi=4)
     rollout = sample(velocity, LABELS, initial_noise(7, channels=1), cfg, torch.Generator().manual_seed(0), 3)
     assert rollout.images.shape == (len(LABELS), 1, 8, 8) and rollout.latents.shape == (len(LABELS), 2, 1, 8, 8)
     assert bool(torch.isfinite(rollout.log_probs).all())

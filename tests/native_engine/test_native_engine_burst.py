@@ -20,11 +20,11 @@ def _prompt(i: int) -> list[int]:
 
 
 def _run(
-    decode_burst: int, eos: tuple[int, ...], max_slots: int, stagger: bool, admission_batch: int | None = None
+    decode_burst: int, eos: tuple[int, ...], slots: int, stagger: bool, admission_batch: int | None = None
 ) -> list:
     engine = NativeEngine(
         tiny_model(5),
-        max_slots=max_slots,
+        slots=slots,
         max_len=96,
         eos_token_ids=eos,
         decode_burst=decode_burst,
@@ -51,15 +51,15 @@ def _assert_same(a, b) -> None:
 
 def test_native_engine_bursts_give_the_tokens_log_probs_and_routing_of_single_steps():
     # stop tokens 3 and 4 are frequent enough in a 128-token vocabulary to end some rows early
-    single = _run(1, (3, 4), max_slots=16, stagger=False)
+    single = _run(1, (3, 4), slots=16, stagger=False)
     assert {s.stop_reason for s in single} == {StopReason.STOP, StopReason.LENGTH}
-    _assert_same(_run(64, (3, 4), max_slots=16, stagger=False), single)
+    _assert_same(_run(64, (3, 4), slots=16, stagger=False), single)
 
 
 def test_native_engine_bursts_admit_queued_and_late_calls_like_single_steps():
     # 4 slots for 12 calls (finishes free slots for queued calls), and calls arriving while bursts run
-    _assert_same(_run(64, (), max_slots=4, stagger=True), _run(1, (), max_slots=4, stagger=True))
-    _assert_same(_run(64, (3,), max_slots=4, stagger=False), _run(1, (3,), max_slots=4, stagger=False))
+    _assert_same(_run(64, (), slots=4, stagger=True), _run(1, (), slots=4, stagger=True))
+    _assert_same(_run(64, (3,), slots=4, stagger=False), _run(1, (3,), slots=4, stagger=False))
 
 
 def test_native_engine_admission_batches_prefill_fewer_times_and_change_no_result():
@@ -73,20 +73,20 @@ def test_native_engine_admission_batches_prefill_fewer_times_and_change_no_resul
 
     CachedModel.forward = counting
     try:
-        one = _run(64, (3,), max_slots=4, stagger=False, admission_batch=1)
+        one = _run(64, (3,), slots=4, stagger=False, admission_batch=1)
         one_prefills, prefills[:] = list(prefills), []
-        three = _run(64, (3,), max_slots=4, stagger=False, admission_batch=3)
+        three = _run(64, (3,), slots=4, stagger=False, admission_batch=3)
     finally:
         CachedModel.forward = original
     _assert_same(three, one)
-    _assert_same(three, _run(1, (3,), max_slots=4, stagger=False))
+    _assert_same(three, _run(1, (3,), slots=4, stagger=False))
     assert sum(one_prefills) == sum(prefills) == len(PARAMS)  # every call prefilled once
     assert len(prefills) < len(one_prefills)  # ... in fewer, larger prefill calls
     assert max(prefills) == 4 and max(prefills[1:]) > 1
 
 
 def test_native_engine_abort_during_a_burst_returns_within_a_step():
-    engine = NativeEngine(tiny_model(5), max_slots=4, max_len=600, eos_token_ids=(), decode_burst=10_000)
+    engine = NativeEngine(tiny_model(5), slots=4, max_len=600, eos_token_ids=(), decode_burst=10_000)
 
     async def main():
         task = asyncio.create_task(engine.generate("long", _prompt(0), SamplingParams(max_new_tokens=500)))
@@ -105,7 +105,7 @@ def test_native_engine_abort_during_a_burst_returns_within_a_step():
 
 
 def test_native_engine_a_burst_left_by_a_closed_loop_stops_and_the_next_loop_is_served():
-    engine = NativeEngine(tiny_model(5), max_slots=4, max_len=600, eos_token_ids=(), decode_burst=10_000)
+    engine = NativeEngine(tiny_model(5), slots=4, max_len=600, eos_token_ids=(), decode_burst=10_000)
     params = SamplingParams(max_new_tokens=500, temperature=0.0)
 
     async def leave_running() -> asyncio.Task:
@@ -127,7 +127,7 @@ def test_native_engine_a_burst_left_by_a_closed_loop_stops_and_the_next_loop_is_
 
 def test_pause_abort_returns_every_token_the_burst_computed() -> None:
     """Aborted calls come back with all tokens computed so far: none is computed and then dropped."""
-    engine = NativeEngine(tiny_model(5), max_slots=2, max_len=400, eos_token_ids=(), num_threads=1)
+    engine = NativeEngine(tiny_model(5), slots=2, max_len=400, eos_token_ids=(), num_threads=1)
     params = SamplingParams(max_new_tokens=390, temperature=1.0, seed=3)
 
     async def main():
@@ -147,7 +147,7 @@ def test_pause_abort_returns_every_token_the_burst_computed() -> None:
 def test_native_engine_metrics_count_each_burst_step_once_when_rows_finish_apart() -> None:
     # rows finishing one by one are handed over in chunks of their own; steps and tokens must still add up
     lengths = [3, 9, 17, 30]
-    engine = NativeEngine(tiny_model(6), max_slots=4, max_len=64, eos_token_ids=(), decode_burst=64)
+    engine = NativeEngine(tiny_model(6), slots=4, max_len=64, eos_token_ids=(), decode_burst=64)
 
     async def main():
         params = [SamplingParams(max_new_tokens=n, seed=i) for i, n in enumerate(lengths)]

@@ -16,7 +16,7 @@ def test_native_engine_compiled_decode_matches_eager():
     prompts = [[5 + i, 9, 33, 2 + 3 * i][: 2 + i % 3] for i in range(6)]
 
     def run(compile_decode: bool):
-        engine = NativeEngine(tiny_model(3), max_slots=8, max_len=64, eos_token_ids=(), compile_decode=compile_decode)
+        engine = NativeEngine(tiny_model(3), slots=8, max_len=64, eos_token_ids=(), compile_decode=compile_decode)
 
         async def main():
             return await asyncio.gather(*(engine.generate(f"c{i}", p, params) for i, p in enumerate(prompts)))
@@ -30,8 +30,8 @@ def test_native_engine_compiled_decode_matches_eager():
 
 
 def test_native_engine_says_whether_its_decode_step_is_compiled_and_the_model_holds_no_decode_state():
-    eager = NativeEngine(tiny_model(3), max_slots=2, max_len=16)
-    compiled = NativeEngine(tiny_model(3), max_slots=2, max_len=16, compile_decode=True)
+    eager = NativeEngine(tiny_model(3), slots=2, max_len=16)
+    compiled = NativeEngine(tiny_model(3), slots=2, max_len=16, compile_decode=True)
     assert (eager.decode_compiled, compiled.decode_compiled) == (False, True)
     with pytest.raises(AttributeError):
         compiled.decode_compiled = False  # read-only

@@ -48,7 +48,7 @@ def _trainer_view(model, prompt, seg, temperature, replay_rows=None):
 )
 def test_native_engine_log_probs_match_trainer_log_probs(temperature, top_k, top_p):
     model = tiny_model(seed=3)
-    engine = NativeEngine(model, max_slots=4, max_len=128, eos_token_ids=())  # 6 prompts > 4 slots: queueing
+    engine = NativeEngine(model, slots=4, max_len=128, eos_token_ids=())  # 6 prompts > 4 slots: queueing
     params = SamplingParams(max_new_tokens=24, temperature=temperature, top_k=top_k, top_p=top_p)
     prompts, segs = _generate_batch(engine, params)
     trainer_temperature = temperature if temperature > 0 else 1.0  # greedy reports raw-logit log-probs
@@ -61,7 +61,7 @@ def test_native_engine_log_probs_match_trainer_log_probs(temperature, top_k, top
 
 def test_native_engine_routing_replayed_in_trainer_gives_same_routing_and_log_probs():
     model = tiny_model(seed=4)
-    engine = NativeEngine(model, max_slots=8, max_len=128, eos_token_ids=())
+    engine = NativeEngine(model, slots=8, max_len=128, eos_token_ids=())
     params = SamplingParams(max_new_tokens=20, temperature=0.8)
     prompts, segs = _generate_batch(engine, params)
     for prompt, seg in zip(prompts, segs, strict=True):
@@ -75,8 +75,8 @@ def test_native_engine_replaying_other_weights_routing_changes_trainer_log_probs
     """The replay path is live: routing captured under different weights moves the trainer's log-probs."""
     model, other = tiny_model(seed=5), tiny_model(seed=6)
     params = SamplingParams(max_new_tokens=16, temperature=1.0)
-    prompts, segs = _generate_batch(NativeEngine(model, max_slots=8, max_len=128, eos_token_ids=()), params)
-    _, other_segs = _generate_batch(NativeEngine(other, max_slots=8, max_len=128, eos_token_ids=()), params)
+    prompts, segs = _generate_batch(NativeEngine(model, slots=8, max_len=128, eos_token_ids=()), params)
+    _, other_segs = _generate_batch(NativeEngine(other, slots=8, max_len=128, eos_token_ids=()), params)
     prompt, seg = prompts[2], segs[2]
     foreign = other_segs[2].routed_experts[: len(seg.routed_experts)]
     native_lp, _ = _trainer_view(model, prompt, seg, 1.0)
@@ -87,7 +87,7 @@ def test_native_engine_replaying_other_weights_routing_changes_trainer_log_probs
 @pytest.mark.slow
 def test_compiled_engine_log_probs_and_routing_match_the_trainer_with_and_without_replay():
     model = tiny_model(seed=3)
-    engine = NativeEngine(model, max_slots=4, max_len=128, eos_token_ids=(), compile_decode=True)
+    engine = NativeEngine(model, slots=4, max_len=128, eos_token_ids=(), compile_decode=True)
     prompts, segs = _generate_batch(engine, SamplingParams(max_new_tokens=24, temperature=1.0))
     for prompt, seg in zip(prompts, segs, strict=True):
         for replay_rows in (None, seg.routed_experts):

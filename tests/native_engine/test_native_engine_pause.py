@@ -16,7 +16,7 @@ def _prompt(i: int) -> list[int]:
 
 
 def _engine(seed: int = 0, **knobs) -> NativeEngine:
-    return NativeEngine(tiny_model(seed), max_slots=16, max_len=256, eos_token_ids=(), **knobs)
+    return NativeEngine(tiny_model(seed), slots=16, max_len=256, eos_token_ids=(), **knobs)
 
 
 def _launch(engine: NativeEngine, params: SamplingParams, n: int = NUM_CALLS) -> list[asyncio.Task]:
@@ -74,7 +74,7 @@ def test_native_engine_pause_keep_freezes_calls_and_continues_them_under_new_wei
 
 
 def test_native_engine_pause_wait_finishes_inflight_calls_and_admits_none():
-    engine = NativeEngine(tiny_model(0), max_slots=4, max_len=256, eos_token_ids=())
+    engine = NativeEngine(tiny_model(0), slots=4, max_len=256, eos_token_ids=())
 
     async def main():
         tasks = _launch(engine, SamplingParams(max_new_tokens=30), n=4)
@@ -162,7 +162,7 @@ def test_native_engine_update_weights_from_an_hf_directory_equals_from_pretraine
         return before, after
 
     before, after = asyncio.run(main())
-    fresh = NativeEngine.from_pretrained(tmp_path, max_slots=2, max_len=64, eos_token_ids=())
+    fresh = NativeEngine.from_pretrained(tmp_path, slots=2, max_len=64, eos_token_ids=())
     reference = asyncio.run(fresh.generate("c", _prompt(3), params))
     assert after.token_ids == reference.token_ids and after.token_ids != before.token_ids
     np.testing.assert_allclose(after.log_probs, reference.log_probs, atol=1e-5)

@@ -9,8 +9,8 @@ from native_engine.testing import tiny_model, wait_until
 from rollout_core import SamplingParams, StopReason
 
 
-def _engine(max_slots: int = 4, max_len: int = 128, **knobs) -> NativeEngine:
-    return NativeEngine(tiny_model(0), max_slots=max_slots, max_len=max_len, eos_token_ids=(), **knobs)
+def _engine(slots: int = 4, max_len: int = 128, **knobs) -> NativeEngine:
+    return NativeEngine(tiny_model(0), slots=slots, max_len=max_len, eos_token_ids=(), **knobs)
 
 
 def test_native_engine_rejects_bad_input_at_submit_time():
@@ -49,7 +49,7 @@ def test_native_engine_rejects_a_duplicate_live_request_id():
 
 
 def test_native_engine_abort_of_a_queued_call_returns_no_tokens_and_no_routing():
-    engine = _engine(max_slots=1)
+    engine = _engine(slots=1)
 
     async def main():
         running = asyncio.create_task(engine.generate("run", [5, 6, 7], SamplingParams(max_new_tokens=60)))
@@ -69,7 +69,7 @@ def test_native_engine_abort_of_a_queued_call_returns_no_tokens_and_no_routing()
 
 
 def test_native_engine_cancelled_caller_frees_its_slot():
-    engine = _engine(max_slots=1)
+    engine = _engine(slots=1)
 
     async def main():
         task = asyncio.create_task(engine.generate("c", [5, 6], SamplingParams(max_new_tokens=100)))
@@ -85,7 +85,7 @@ def test_native_engine_cancelled_caller_frees_its_slot():
 
 
 def test_native_engine_queues_calls_beyond_its_slots_and_completes_them_all():
-    engine = _engine(max_slots=4)
+    engine = _engine(slots=4)
     params = SamplingParams(max_new_tokens=12)
     depths: list[int] = []
 
@@ -107,7 +107,7 @@ def test_native_engine_queues_calls_beyond_its_slots_and_completes_them_all():
 
 
 def test_native_engine_short_call_joins_and_leaves_while_a_long_one_runs():
-    engine = _engine(max_slots=4, max_len=512)
+    engine = _engine(slots=4, max_len=512)
 
     async def main():
         long = asyncio.create_task(engine.generate("long", [5, 6, 7], SamplingParams(max_new_tokens=400)))
@@ -130,10 +130,10 @@ def test_native_engine_serves_a_new_event_loop_per_asyncio_run():
 
 def test_native_engine_stops_on_the_model_eos_token_by_default():
     params = SamplingParams(max_new_tokens=10, temperature=0.0)
-    probe = NativeEngine(tiny_model(0), max_slots=2, max_len=64, eos_token_ids=())
+    probe = NativeEngine(tiny_model(0), slots=2, max_len=64, eos_token_ids=())
     free = asyncio.run(probe.generate("p", [5, 6, 7], params))
     eos = free.token_ids[4]
-    engine = NativeEngine(tiny_model(0, eos_token_id=eos), max_slots=2, max_len=64)  # same weights, eos set
+    engine = NativeEngine(tiny_model(0, eos_token_id=eos), slots=2, max_len=64)  # same weights, eos set
     seg = asyncio.run(engine.generate("e", [5, 6, 7], params))
     first = free.token_ids.index(eos)
     assert seg.stop_reason == StopReason.STOP and seg.token_ids == free.token_ids[: first + 1]
@@ -141,10 +141,10 @@ def test_native_engine_stops_on_the_model_eos_token_by_default():
 
 def test_native_engine_ignore_eos_generates_past_the_eos_token_but_still_stops_on_stop_tokens():
     params = SamplingParams(max_new_tokens=10, temperature=0.0)
-    probe = NativeEngine(tiny_model(0), max_slots=2, max_len=64, eos_token_ids=())
+    probe = NativeEngine(tiny_model(0), slots=2, max_len=64, eos_token_ids=())
     free = asyncio.run(probe.generate("p", [5, 6, 7], params))
     eos = free.token_ids[2]
-    engine = NativeEngine(tiny_model(0, eos_token_id=eos), max_slots=2, max_len=64)
+    engine = NativeEngine(tiny_model(0, eos_token_id=eos), slots=2, max_len=64)
     on = asyncio.run(engine.generate("e", [5, 6, 7], params.replace(ignore_eos=True)))
     assert on.stop_reason == StopReason.LENGTH and on.token_ids == free.token_ids
     stop_at = free.token_ids[6]
@@ -174,17 +174,17 @@ def test_native_engine_step_error_fails_its_calls_and_the_engine_recovers(monkey
 def test_native_engine_config_rejects_bad_knobs():
     from native_engine import EngineConfig
 
-    with pytest.raises(ValueError, match="max_slots"):
-        EngineConfig(max_slots=0)
-    with pytest.raises(ValueError, match="cache_dtype"):
-        EngineConfig(cache_dtype="int8")
+    with pytest.raises(ValueError, match="slots"):
+        EngineConfig(slots=0)
+    with pytest.raises(ValueError, match="dtype"):
+        EngineConfig(dtype="int8")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="num_threads"):
-        EngineConfig(num_threads=0)
+        NativeEngine(tiny_model(0), num_threads=0)
     with pytest.raises(ValueError, match="admission_batch"):
         EngineConfig(admission_batch=0)
-    assert EngineConfig(max_slots=64).admission_batch == 8  # None: an eighth of the slots
-    assert EngineConfig(max_slots=4).admission_batch == 1
+    assert EngineConfig(slots=64).admitted_together == 8  # None: an eighth of the slots
+    assert EngineConfig(slots=4).admitted_together == 1
     with pytest.raises(ValueError, match="either config or knobs"):
-        NativeEngine(tiny_model(0), EngineConfig(), max_slots=2)
+        NativeEngine(tiny_model(0), EngineConfig(), slots=2)
     with pytest.raises(TypeError):
         NativeEngine(tiny_model(0), max_slot=2)  # a misspelt knob is not ignored

@@ -11,7 +11,7 @@ PROMPT = [9, 33, 71, 5, 18, 60]
 
 
 def _engine(seed: int = 0, **knobs) -> NativeEngine:
-    return NativeEngine(tiny_model(seed), max_slots=16, max_len=256, eos_token_ids=(), **knobs)
+    return NativeEngine(tiny_model(seed), slots=16, max_len=256, eos_token_ids=(), **knobs)
 
 
 def test_native_engine_seeded_tokens_do_not_depend_on_batch_composition():

@@ -15,7 +15,7 @@ PARAMS = SamplingParams(max_new_tokens=24, temperature=1.0, seed=7, return_route
 
 
 def _generate(step_delay_ms: float) -> tuple[object, float]:
-    engine = NativeEngine(tiny_model(5), max_slots=2, max_len=64, eos_token_ids=(), step_delay_ms=step_delay_ms)
+    engine = NativeEngine(tiny_model(5), slots=2, max_len=64, eos_token_ids=(), step_delay_ms=step_delay_ms)
 
     async def main():
         t0 = time.perf_counter()
@@ -35,7 +35,7 @@ def test_a_throttled_engine_waits_per_decode_step_and_returns_the_same_tokens_lo
 
 
 def test_a_pause_during_a_throttled_burst_cuts_the_wait_short_and_the_call_resumes() -> None:
-    engine = NativeEngine(tiny_model(5), max_slots=2, max_len=600, eos_token_ids=(), step_delay_ms=1_500)
+    engine = NativeEngine(tiny_model(5), slots=2, max_len=600, eos_token_ids=(), step_delay_ms=1_500)
 
     async def main():
         task = asyncio.create_task(engine.generate("r", PROMPT, SamplingParams(max_new_tokens=3)))
@@ -55,5 +55,5 @@ def test_a_pause_during_a_throttled_burst_cuts_the_wait_short_and_the_call_resum
 
 @pytest.mark.parametrize("delay", [-1.0, 10_001, True, "5"])
 def test_a_step_delay_outside_0_to_10000_ms_is_refused(delay: object) -> None:
-    with pytest.raises(ValueError, match=r"EngineConfig\.step_delay_ms: expected a number in 0\.\.10000"):
+    with pytest.raises(ValueError, match=r"rollout\.engine\.step_delay_ms: expected a number in 0\.\.10000"):
         EngineConfig(step_delay_ms=delay)  # type: ignore[arg-type]

@@ -60,7 +60,7 @@ def test_the_engine_steps_and_loads_weights_on_its_step_thread_at_step_threads(
     for name in ("execute", "load_weights"):
         monkeypatch.setattr(ModelRunner, name, spy(name))
     model = tiny_model(3)
-    engine = NativeEngine(model, EngineConfig(max_slots=4, max_len=64, step_threads=1))
+    engine = NativeEngine(model, EngineConfig(slots=4), max_len=64, step_threads=1)
 
     async def main() -> None:
         await engine.generate("a", [2, 3, 4], SamplingParams(max_new_tokens=6, temperature=1.0, seed=1))
@@ -77,4 +77,4 @@ def test_the_engine_steps_and_loads_weights_on_its_step_thread_at_step_threads(
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
 def test_step_threads_must_be_none_or_a_positive_int(bad: object) -> None:
     with pytest.raises(ValueError, match="step_threads: expected None or an int >= 1"):
-        EngineConfig(step_threads=bad)  # type: ignore[arg-type]
+        NativeEngine(tiny_model(0), step_threads=bad)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ def _generate(engine: NativeEngine, tag: str, temperature: float) -> list:  # ty
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_the_trainer_recompute_equals_the_sampled_log_probs_and_routing_bit_for_bit(temperature: float):
     model = tiny_model()
-    engine = NativeEngine(model, EngineConfig(max_slots=3, max_len=32, true_on_policy=True, eos_token_ids=()))
+    engine = NativeEngine(model, EngineConfig(slots=3, eos_token_ids=()), max_len=32, true_on_policy=True)
     for round_ in range(2):
         for prompt, seg in zip(PROMPTS, _generate(engine, f"r{round_}-", temperature), strict=True):
             ids = prompt + list(seg.token_ids)
@@ -42,6 +42,6 @@ def test_the_trainer_recompute_equals_the_sampled_log_probs_and_routing_bit_for_
 
 def test_true_on_policy_refuses_a_compiled_or_low_precision_engine():
     with pytest.raises(ValueError, match="true_on_policy"):
-        EngineConfig(true_on_policy=True, compile_decode=True)
+        NativeEngine(tiny_model(), EngineConfig(compile_decode=True), true_on_policy=True)
     with pytest.raises(ValueError, match="true_on_policy"):
-        EngineConfig(true_on_policy=True, cache_dtype="bfloat16")
+        NativeEngine(tiny_model(), EngineConfig(dtype="bfloat16"), true_on_policy=True)

@@ -19,7 +19,7 @@ def _bf16_state(seed: int) -> dict[str, torch.Tensor]:
 
 
 def test_a_bfloat16_tensor_push_loads_widened_into_fp32_parameters_and_serves_its_version():
-    engine = NativeEngine(tiny_model(0), max_slots=2, max_len=64, eos_token_ids=())
+    engine = NativeEngine(tiny_model(0), slots=2, max_len=64, eos_token_ids=())
     pushed = _bf16_state(seed=1)
     params = SamplingParams(max_new_tokens=8, temperature=0.0)
 
@@ -40,7 +40,7 @@ def test_a_numpy_push_and_a_tensor_push_of_the_same_values_load_the_same_weights
     state = perturbed_state(tiny_model(0), seed=2)
     models = []
     for source in (state, {k: torch.from_numpy(v.copy()) for k, v in state.items()}):
-        engine = NativeEngine(tiny_model(0), max_slots=2, max_len=64)
+        engine = NativeEngine(tiny_model(0), slots=2, max_len=64)
         asyncio.run(engine.update_weights(source, 1))
         models.append(state_dict_numpy(engine.model))
     assert all(np.array_equal(models[0][k], models[1][k]) for k in state)

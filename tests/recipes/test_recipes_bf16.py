@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import save_pretrained
+from native_engine.config import EngineConfig
 from native_engine.testing import tiny_model
-from recipes.engine_config import EngineSite, NativeEngineConfig
+from recipes.engine_config import EngineSite
 from recipes.policy_trainer import PolicyTrainer
 from recipes.weight_sync import LocalWeightSync
 from rollout_core import SamplingParams
@@ -29,11 +30,11 @@ def checkpoint(tmp_path: Path) -> str:
 
 def test_a_bf16_native_engine_samples_with_bf16_weights_and_cache_and_casts_pushes(checkpoint: str, tmp_path: Path):
     async def run() -> None:
-        engine = await NativeEngineConfig(slots=4, dtype="bfloat16").build(EngineSite(checkpoint, 64, 0, str(tmp_path)))
+        engine = await EngineConfig(slots=4, dtype="bfloat16").build(EngineSite(checkpoint, 64, 0, str(tmp_path)))
         try:
             model = engine.native.model
             assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
-            assert engine.native.config.cache_dtype == "bfloat16"
+            assert engine.native.config.dtype == "bfloat16"
             seg = await engine.engine.generate("a", [1, 5, 7], SamplingParams(max_new_tokens=6, seed=1))
             assert len(seg.token_ids) == 6 and all(lp <= 0 for lp in seg.log_probs)
             fp32 = {k: v.float() * 1.001 for k, v in tiny_model().state_dict().items()}

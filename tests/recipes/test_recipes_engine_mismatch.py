@@ -58,7 +58,7 @@ def mean_abs(lp: torch.Tensor, batch: TrainBatch) -> float:
 
 def test_replay_matches_the_native_engine_to_fp32_noise_and_never_does_worse() -> None:
     torch.set_num_threads(1)
-    engine = NativeEngine(tiny_model(0), max_slots=16, max_len=64)
+    engine = NativeEngine(tiny_model(0), slots=16, max_len=64)
     backend = TorchBackend(tiny_model(0).train(), device="cpu")
     batch = engine_batch(engine, seed=1)
     with_replay = mean_abs(score(backend, batch, replay=True), batch)
@@ -69,7 +69,7 @@ def test_replay_matches_the_native_engine_to_fp32_noise_and_never_does_worse() -
 
 def test_replay_beats_fresh_routing_when_trainer_routers_drift() -> None:
     torch.set_num_threads(1)
-    engine = NativeEngine(tiny_model(0), max_slots=16, max_len=64)
+    engine = NativeEngine(tiny_model(0), slots=16, max_len=64)
     model = tiny_model(0).train()
     with torch.no_grad():  # perturbed routers stand in for train/inference kernel differences
         for name, p in model.named_parameters():
@@ -82,7 +82,7 @@ def test_replay_beats_fresh_routing_when_trainer_routers_drift() -> None:
 
 def test_weight_push_keeps_engine_and_trainer_in_lockstep() -> None:
     torch.set_num_threads(1)
-    engine = NativeEngine(tiny_model(0), max_slots=16, max_len=64)
+    engine = NativeEngine(tiny_model(0), slots=16, max_len=64)
     backend = TorchBackend(tiny_model(0).train(), OptimConfig(lr=1e-2), device="cpu")
     batch = engine_batch(engine, seed=3)
     train_step(backend, PPOConfig().build(max_new_tokens=8), batch, TrainLoopConfig())

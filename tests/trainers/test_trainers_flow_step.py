@@ -8,14 +8,14 @@ import pytest
 import torch
 from flow_models.sampler import FlowRollout, sample
 from flow_models.sampler_config import SamplerConfig
-from flow_models.velocity import VelocityConfig
+from flow_models.velocity_config import VelocityConfig
 from trainers.backend.config import OptimConfig
 from trainers.flow.backend import FlowBackend
 from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
 from trainers.flow.step import flow_train_step
 from trainers.step_metrics import NonFiniteError
 
-SAMPLER = SamplerConfig(num_steps=6, noise_level=0.7, window_size=2, window_range=(0, 4))
+SAMPLER = SamplerConfig(num_steps=6, noise_level=0.7, window_size=2, window_lo=0, window_hi=4)
 
 
 def _model(seed: int = 0) -> torch.nn.Module:

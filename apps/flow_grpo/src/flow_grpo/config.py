@@ -1,7 +1,8 @@
 """FlowConfig: every knob of a FlowGRPO run, as typed sections (standard library and config modules only, so
-`--help` is instant). Each component owns its section: the sampler (`flow_models.sampler` via `SamplerSection`),
-the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`), the optimiser
-(`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
+`--help` is instant). Each component owns its section and consumes it as it is: the velocity model
+(`flow_models.velocity_config`), its warm-up (`flow_models.warmup_config`), the sampler
+(`flow_models.sampler_config`), the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`),
+the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
 
 Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
 the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
@@ -12,10 +13,11 @@ the base follows its class loosely and leaves RL room), 16 classes x 8 samples p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
 from flow_models.sampler_config import SamplerConfig
+from flow_models.velocity_config import VelocityConfig
+from flow_models.warmup_config import FlowWarmupConfig
 from recipes.config import RunConfig
 from recipes.ray_config import RayConfig
 from trainers.backend.config import OptimConfig
@@ -37,27 +39,6 @@ class FlowRunConfig(RunConfig):
 
 
 @dataclass
-class ModelSection:
-    """The velocity model (`flow_models.velocity.VelocityMLP`) for the 8x8 digits."""
-
-    hidden: int = _help("width of the velocity MLP", 256)
-    depth: int = _help("residual blocks of the velocity MLP", 3)
-    time_dim: int = _help("sinusoidal sigma-embedding width (even)", 64)
-
-
-@dataclass
-class FlowWarmupSection:
-    steps: int = _help("flow-matching optimiser steps of the base (0: the random model)", 600)
-    batch_size: int = _help("images per warm-up step", 128)
-    lr: float = _help("AdamW learning rate of the warm-up", 1e-3)
-    label_noise: float = _help(
-        "fraction of warm-up labels replaced by random classes: the base follows its class loosely, leaving RL room",
-        0.4,
-    )
-    seed: int = _help("seed of the base's initialisation and warm-up batches", 0)
-
-
-@dataclass
 class FlowRolloutConfig:
     prompts_per_step: int = _help("prompts (a requested class each, drawn uniformly) per step", 16)
     samples_per_prompt: int = _help("images sampled per prompt (one group)", 8)
@@ -68,38 +49,6 @@ class FlowRolloutConfig:
                 f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
                 f"{self.prompts_per_step}, {self.samples_per_prompt}"
             )
-
-
-@dataclass
-class SamplerSection:
-    """Training rollouts: ODE steps, with SDE (stochastic, trained) steps inside one window."""
-
-    num_steps: int = _help("denoising steps of a training rollout", 10)
-    shift: float = _help("time shift of the sigma schedule (diffusers' FlowMatchEulerDiscreteScheduler shift)", 1.0)
-    noise_level: float = _help("SDE noise level a (std_t = a sqrt(sigma / (1 - sigma)); CPS: sin(a pi / 2))", 0.7)
-    sde_kind: Literal["sde", "cps"] = _help("sde: Flow-GRPO's SDE; cps: coefficients-preserving sampling", "sde")
-    window_size: int = _help("stochastic (trained) steps per rollout", 2)
-    window_lo: int = _help("first step index the window may start at", 0)
-    window_hi: int = _help("the window lies in steps [window_lo, window_hi)", 5)
-    log_prob_reduction: Literal["mean", "sum"] = _help(
-        "per-step log-prob: mean (the reference's) or sum over latent elements", "mean"
-    )
-
-    def __post_init__(self) -> None:
-        self.build()  # every check of SamplerConfig, at parse time
-
-    def build(self) -> SamplerConfig:
-        from flow_models.sampler_config import Reduction, SdeKind
-
-        return SamplerConfig(
-            self.num_steps,
-            self.shift,
-            self.noise_level,
-            SdeKind(self.sde_kind),
-            self.window_size,
-            (self.window_lo, self.window_hi),
-            Reduction(self.log_prob_reduction),
-        )
 
 
 @dataclass
@@ -141,11 +90,11 @@ class FlowPipelineConfig:
 @dataclass
 class FlowConfig:
     run: FlowRunConfig = field(default_factory=FlowRunConfig)
-    model: ModelSection = field(default_factory=ModelSection)
-    warmup: FlowWarmupSection = field(default_factory=FlowWarmupSection)
+    model: VelocityConfig = field(default_factory=VelocityConfig)
+    warmup: FlowWarmupConfig = field(default_factory=FlowWarmupConfig)
     reward: RewardConfig = field(default_factory=ClassifierRewardConfig)
     rollout: FlowRolloutConfig = field(default_factory=FlowRolloutConfig)
-    sampler: SamplerSection = field(default_factory=SamplerSection)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
     algorithm: FlowGRPOConfig = field(default_factory=FlowGRPOConfig)
     train: FlowTrainConfig = field(default_factory=FlowTrainConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

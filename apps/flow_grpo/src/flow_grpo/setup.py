@@ -8,11 +8,10 @@ from pathlib import Path
 
 from flow_models.base_cache import ensure_base, ensure_classifier
 from flow_models.classifier import ClassifierConfig, DigitClassifier
-from flow_models.digits import load_digit_splits
+from flow_models.digits import IMAGE_SIZE, NUM_CLASSES, load_digit_splits
 from flow_models.reward_config import ClassifierRewardConfig
 from flow_models.rewards import RewardFn
-from flow_models.velocity import VelocityConfig
-from flow_models.warmup import FlowWarmupConfig
+from flow_models.velocity_config import VelocityConfig
 from recipes.setup import claim_run_dir
 from rl_pipeline.transport import LocalRollouts, RayRollouts, Rollouts
 from run_logging import MetricsLog, RunDir, RunLock
@@ -54,6 +53,17 @@ def classifier_config(cfg: FlowConfig) -> ClassifierConfig:
     return ClassifierConfig(hidden=r.hidden, steps=r.steps, seed=r.seed)
 
 
+def fit_digits(model: VelocityConfig) -> VelocityConfig:
+    """`model` when its image shape and classes are the digits' (else ValueError: the data fix them)."""
+    shape = (model.image_size, model.channels, model.num_classes)
+    if shape != (IMAGE_SIZE, 1, NUM_CLASSES):
+        raise ValueError(
+            f"model.image_size, channels, num_classes: expected {IMAGE_SIZE}, 1, {NUM_CLASSES} (the digits'), got "
+            f"{', '.join(map(str, shape))}"
+        )
+    return model
+
+
 def _rollouts(cfg: FlowConfig, spec: RollouterSpec) -> tuple[Rollouts, object | None]:
     if not cfg.pipeline.ray:
         return LocalRollouts(spec), None
@@ -76,11 +86,8 @@ def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
         cache = Path(cfg.run.warmup_cache).resolve()
         clf_cfg = classifier_config(cfg)
         classifier, clf_acc = ensure_classifier(clf_cfg, data, cache)
-        m, w = cfg.model, cfg.warmup
-        model_cfg = VelocityConfig(hidden=m.hidden, depth=m.depth, time_dim=m.time_dim)
-        warm = FlowWarmupConfig(w.steps, w.batch_size, w.lr, w.label_noise, w.seed)
-        base = ensure_base(model_cfg, warm, data, cache)
-        sampler = cfg.sampler.build()
+        model_cfg, sampler = fit_digits(cfg.model), cfg.sampler
+        base = ensure_base(model_cfg, cfg.warmup, data, cache)
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.epochs
         backend = FlowBackend(base, cfg.optim, sampler, with_reference=cfg.algorithm.beta > 0, total_steps=total)
         reward_spec = RewardSpec(cfg.reward, clf_cfg.hidden, {k: v.numpy() for k, v in classifier.state_dict().items()})

@@ -21,8 +21,10 @@ from safetensors.torch import load_file, save_file
 
 from flow_models.classifier import ClassifierConfig, DigitClassifier, train_classifier
 from flow_models.digits import DigitSplits
-from flow_models.velocity import VelocityConfig, VelocityMLP
-from flow_models.warmup import FlowWarmupConfig, warm_up
+from flow_models.velocity import VelocityMLP
+from flow_models.velocity_config import VelocityConfig
+from flow_models.warmup import warm_up
+from flow_models.warmup_config import FlowWarmupConfig
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"

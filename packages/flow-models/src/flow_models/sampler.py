@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from flow_models.sampler_config import SamplerConfig
-from flow_models.sde import SdeKind, StepGaussian, step_gaussian
+from flow_models.sampler_config import SamplerConfig, SdeKind
+from flow_models.sde import StepGaussian, step_gaussian
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -69,11 +69,11 @@ def sample(
     window_start: int = 0,
 ) -> FlowRollout:
     """Runs the chain from `initial_noise` (`[b, ...]`, sigma = 1); the window's noise comes from `generator`."""
-    lo, hi = cfg.window_range
+    lo, hi = cfg.window_lo, cfg.window_hi
     if cfg.window_size and not lo <= window_start <= hi - cfg.window_size:
         raise ValueError(
-            f"sample.window_start: expected {lo} <= window_start <= {hi - cfg.window_size} (window_range "
-            f"{cfg.window_range}, window_size {cfg.window_size}), got {window_start}"
+            f"sample.window_start: expected {lo} <= window_start <= {hi - cfg.window_size} (window [{lo}, {hi}), "
+            f"window_size {cfg.window_size}), got {window_start}"
         )
     sigmas = cfg.schedule.sigmas()
     window = tuple(range(window_start, window_start + cfg.window_size))
@@ -81,7 +81,7 @@ def sample(
     stored, log_probs = [], []
     for i in range(cfg.num_steps):
         in_window = i in window
-        gaussian = _step(fn, x, labels, sigmas, i, cfg.noise_level if in_window else 0.0, cfg.kind)
+        gaussian = _step(fn, x, labels, sigmas, i, cfg.noise_level if in_window else 0.0, cfg.sde_kind)
         if not in_window:
             x = gaussian.mean
             continue
@@ -103,5 +103,5 @@ def window_log_prob(
     """Window step `k`'s `[b]` log-probs of the stored outcome under `fn` (with gradient when `fn` has one) and its
     Gaussian (whose mean a KL term compares)."""
     i = rollout.window[k]
-    gaussian = _step(fn, rollout.latents[:, k], rollout.labels, rollout.sigmas, i, cfg.noise_level, cfg.kind)
+    gaussian = _step(fn, rollout.latents[:, k], rollout.labels, rollout.sigmas, i, cfg.noise_level, cfg.sde_kind)
     return gaussian.log_prob(rollout.latents[:, k + 1], cfg.reduction), gaussian

@@ -1,60 +1,63 @@
-"""SamplerConfig: how a training rollout samples (standard library only; `--help` builds it to check settings).
+"""The `sampler` section: how a training rollout samples (standard library only: `--help` imports it and checks
+the settings at parse time).
 
 SDE kinds and log-prob reductions are defined here and used by `flow_models.sde`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
 
     from flow_models.schedule import FlowSchedule
 
-
-class SdeKind(StrEnum):
-    SDE = "sde"
-    CPS = "cps"
+SdeKind = Literal["sde", "cps"]
+Reduction = Literal["mean", "sum"]
 
 
-class Reduction(StrEnum):
-    MEAN = "mean"
-    SUM = "sum"
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """`window_range`: `[lo, hi)` step indices the window must lie in; its start is drawn uniformly from
-    `lo .. hi - window_size` per rollout batch (one window for the whole batch, so its steps batch together)."""
+    """Training rollouts: ODE steps, with SDE (stochastic, trained) steps inside one window. The window lies in
+    steps `[window_lo, window_hi)`; its start is drawn uniformly from `window_lo .. window_hi - window_size` per
+    rollout batch (one window for the whole batch, so its steps batch together)."""
 
-    num_steps: int = 10
-    shift: float = 1.0
-    noise_level: float = 0.7
-    kind: SdeKind = SdeKind.SDE
-    window_size: int = 2
-    window_range: tuple[int, int] = (0, 5)
-    reduction: Reduction = Reduction.MEAN
+    num_steps: int = _help("denoising steps of a training rollout", 10)
+    shift: float = _help("time shift of the sigma schedule (diffusers' FlowMatchEulerDiscreteScheduler shift)", 1.0)
+    noise_level: float = _help("SDE noise level a (std_t = a sqrt(sigma / (1 - sigma)); CPS: sin(a pi / 2))", 0.7)
+    sde_kind: SdeKind = field(
+        default="sde", metadata={"help": "sde: Flow-GRPO's SDE; cps: coefficients-preserving sampling"}
+    )
+    window_size: int = _help("stochastic (trained) steps per rollout", 2)
+    window_lo: int = _help("first step index the window may start at", 0)
+    window_hi: int = _help("the window lies in steps [window_lo, window_hi)", 5)
+    reduction: Reduction = field(
+        default="mean", metadata={"help": "per-step log-prob: mean (the reference's) or sum over latent elements"}
+    )
 
     def __post_init__(self) -> None:
         if self.num_steps < 1 or not self.shift > 0:
             raise ValueError(f"sampler: expected num_steps >= 1 and shift > 0, got {self.num_steps}, {self.shift}")
-        lo, hi = self.window_range
+        lo, hi = self.window_lo, self.window_hi
         if self.window_size < 0:
             raise ValueError(f"sampler.window_size: expected >= 0, got {self.window_size}")
         if self.window_size and not 0 <= lo <= hi - self.window_size <= self.num_steps - self.window_size:
             raise ValueError(
-                f"sampler.window_range: expected 0 <= lo <= hi - window_size and hi <= num_steps ({self.num_steps}), "
-                f"got {self.window_range} with window_size {self.window_size}"
+                f"sampler.window_lo, window_hi: expected 0 <= lo <= hi - window_size and hi <= num_steps "
+                f"({self.num_steps}), got [{lo}, {hi}) with window_size {self.window_size}"
             )
         if self.window_size and not self.noise_level > 0:
             raise ValueError(f"sampler.noise_level: expected > 0 with an SDE window, got {self.noise_level}")
-        if self.kind is SdeKind.CPS and self.window_size and hi >= self.num_steps:
+        if self.sde_kind == "cps" and self.window_size and hi >= self.num_steps:
             raise ValueError(
-                "sampler.window_range: a CPS window may not include the last step (its std is 0 "
-                f"there); expected hi <= {self.num_steps - 1}, got {hi}"
+                "sampler.window_hi: a CPS window may not include the last step (its std is 0 there); expected "
+                f"window_hi <= {self.num_steps - 1}, got {hi}"
             )
 
     @property
@@ -66,5 +69,5 @@ class SamplerConfig:
     def draw_window_start(self, generator: torch.Generator) -> int:
         import torch
 
-        lo, hi = self.window_range
-        return int(torch.randint(lo, hi - self.window_size + 1, (1,), generator=generator).item())
+        top = self.window_hi - self.window_size + 1
+        return int(torch.randint(self.window_lo, top, (1,), generator=generator).item())

@@ -49,12 +49,12 @@ class StepGaussian:
                 "sigma_next 0), it has no density; expected std > 0"
             )
         diff = x_next.detach().float() - self.mean
-        if self.kind is SdeKind.CPS:
+        if self.kind == "cps":
             per_element = -(diff**2)
         else:
             per_element = -(diff**2) / (2 * self.std**2) - torch.log(self.std) - 0.5 * math.log(2 * math.pi)
         flat = per_element.flatten(1)
-        return flat.mean(dim=1) if reduction is Reduction.MEAN else flat.sum(dim=1)
+        return flat.mean(dim=1) if reduction == "mean" else flat.sum(dim=1)
 
 
 def _f32(value: float | torch.Tensor) -> torch.Tensor:
@@ -78,7 +78,7 @@ def step_gaussian(
         raise ValueError(f"step_gaussian: expected noise_level >= 0, got {noise_level}")
     x32, v32 = x.float(), v.float()
     dt = s_next - s
-    if kind is SdeKind.CPS:
+    if kind == "cps":
         std = s_next * math.sin(noise_level * math.pi / 2)
         x0_hat = x32 - s * v32
         noise_hat = x32 + (1 - s) * v32

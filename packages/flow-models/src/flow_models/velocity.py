@@ -9,34 +9,11 @@ fastest thing that learns 64-pixel digits on 2 CPU cores; larger images go throu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-
-@dataclass(frozen=True)
-class VelocityConfig:
-    image_size: int = 8
-    channels: int = 1
-    num_classes: int = 10
-    hidden: int = 256
-    depth: int = 3
-    time_dim: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("image_size", "channels", "num_classes", "hidden", "depth", "time_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"VelocityConfig.{name}: expected >= 1, got {getattr(self, name)}")
-        if self.time_dim % 2:
-            raise ValueError(f"VelocityConfig.time_dim: expected an even number, got {self.time_dim}")
-
-    @property
-    def pixels(self) -> int:
-        return self.channels * self.image_size * self.image_size
-
-    def build(self) -> VelocityMLP:
-        return VelocityMLP(self)
+from flow_models.velocity_config import VelocityConfig
 
 
 def sigma_embedding(sigma: torch.Tensor, dim: int) -> torch.Tensor:

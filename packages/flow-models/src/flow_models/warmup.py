@@ -11,28 +11,12 @@ sampler), a model that follows its prompt loosely, which is what RL on a prompt-
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 
 from flow_models.digits import NUM_CLASSES, DigitSplits
-from flow_models.velocity import VelocityConfig, VelocityMLP
-
-
-@dataclass(frozen=True)
-class FlowWarmupConfig:
-    steps: int = 300
-    batch_size: int = 128
-    lr: float = 1e-3
-    label_noise: float = 0.4  # fraction of training labels replaced by uniformly random classes
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.steps < 0 or self.batch_size < 1 or not self.lr > 0 or not 0 <= self.label_noise <= 1:
-            raise ValueError(
-                f"FlowWarmupConfig: expected steps >= 0, batch_size >= 1, lr > 0, 0 <= label_noise "
-                f"<= 1, got {asdict(self)}"
-            )
+from flow_models.velocity import VelocityMLP
+from flow_models.velocity_config import VelocityConfig
+from flow_models.warmup_config import FlowWarmupConfig
 
 
 def flow_matching_loss(

@@ -1,24 +1,36 @@
-"""The embedded default engine: continuous batching over a slot KV cache, router capture, abort/pause/live weights."""
+"""The embedded default engine: continuous batching over a slot KV cache, router capture, abort/pause/live weights.
 
-from native_engine.config import EngineConfig
-from native_engine.engine import PAUSE_MODES, EngineBusyError, NativeEngine, PauseMode
-from native_engine.metrics import EngineMetrics
-from native_engine.request import Request, RequestStatus
-from native_engine.sampler import SamplingBatch, sample, uniform_rows
-from native_engine.scheduler import Scheduler, StepPlan
+Exports are lazy (PEP 562): importing the package, or its torch-free `native_engine.config` (the `rollout.engine`
+section a command line's `--help` imports), never imports torch."""
 
-__all__ = [
-    "PAUSE_MODES",
-    "EngineBusyError",
-    "EngineConfig",
-    "EngineMetrics",
-    "NativeEngine",
-    "PauseMode",
-    "Request",
-    "RequestStatus",
-    "SamplingBatch",
-    "Scheduler",
-    "StepPlan",
-    "sample",
-    "uniform_rows",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "PAUSE_MODES": "native_engine.engine",
+    "EngineBusyError": "native_engine.engine",
+    "EngineConfig": "native_engine.config",
+    "EngineMetrics": "native_engine.metrics",
+    "NativeEngine": "native_engine.engine",
+    "PauseMode": "native_engine.engine",
+    "Request": "native_engine.request",
+    "RequestStatus": "native_engine.request",
+    "SamplingBatch": "native_engine.sampler",
+    "Scheduler": "native_engine.scheduler",
+    "StepPlan": "native_engine.scheduler",
+    "sample": "native_engine.sampler",
+    "uniform_rows": "native_engine.sampler",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'native_engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

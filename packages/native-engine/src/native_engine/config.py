@@ -1,95 +1,132 @@
-"""EngineConfig: the knobs of one NativeEngine."""
+"""EngineConfig: the knobs of one NativeEngine, which is also the `rollout.engine` section of kind `native` (the
+apps' command line reads it as it is). Standard library only (`--help` imports it).
+
+What the run decides rather than the user (the context length, the seed, true on-policy mode, threads) is passed
+to `NativeEngine` beside the config, not kept in it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    from native_engine.rollout_protocol import RolloutEngine, RolloutSite
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16")
 
 
-@dataclass(frozen=True)
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one, as Linux does; else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_run_settings(
+    config: EngineConfig, max_len: int, true_on_policy: bool, num_threads: int | None, step_threads: int | None
+) -> None:
+    """ValueError unless the run's settings of a `NativeEngine` fit: `max_len` (positions per slot: prompt +
+    max_new_tokens of one call) >= 1; `num_threads` (torch intra-op threads, process-wide, set when the engine is
+    built) and `step_threads` (those of the engine's step thread) None or >= 1; true on-policy mode (every position
+    computed alone by `moe_models.invariant_step`) fp32 and eager."""
+    if not _positive_int(max_len):
+        raise ValueError(f"NativeEngine.max_len: expected an int >= 1, got {max_len!r}")
+    for name, value in (("num_threads", num_threads), ("step_threads", step_threads)):
+        if value is not None and not _positive_int(value):
+            raise ValueError(f"NativeEngine.{name}: expected None or an int >= 1, got {value!r}")
+    if true_on_policy and (config.compile_decode or config.dtype != "float32"):
+        raise ValueError(
+            "NativeEngine.true_on_policy: expected compile_decode False and dtype float32 (the invariant forward is "
+            f"fp32 and eager), got {config.compile_decode}, {config.dtype}"
+        )
+
+
+@dataclass
 class EngineConfig:
     """Capacity, batching and compilation knobs of a `NativeEngine`.
 
-    Memory is bounded by construction: the KV cache holds `max_slots` sequences of at most `max_len` positions
-    each, and every running request owns one slot for its whole life (so requests are never preempted; a request
-    that finds no free slot waits in the queue).
+    Memory is bounded by construction: the KV cache holds `slots` sequences of at most the engine's `max_len`
+    positions each, and every running request owns one slot for its whole life (so requests are never preempted;
+    a request that finds no free slot waits in the queue). `decode_burst`, `admission_batch` and `step_delay_ms`
+    change when tokens are handed over, never the tokens: every row's math and draws are per step and per row.
     """
 
-    max_slots: int = 64  # sequences decoded together (KV cache slots)
-    max_len: int = 1024  # positions per slot: prompt + max_new_tokens of one call must fit
-    max_prefill_tokens: int = 8192  # prompt tokens admitted per step (at least one prompt always is)
-    cache_dtype: str = "float32"  # KV cache dtype: float32, bfloat16 or float16
-    device: str = "cpu"
-    # Run the decode step through `native_engine.decode.decode_graph` compiled by torch.compile (see
-    # `native_engine.decode.CachedModel`): one graph per model shape and cache length per process, compiled at the
-    # first decode step (seconds of inductor work, paid once per process). Throughput: benchmarks/engine_throughput.py,
-    # numbers in docs/benchmarks.md. Same results as eager to float rounding (~1e-7 in fp32). Off by default: the
-    # compile does not pay off in short runs and tests.
-    compile_decode: bool = False
-    # Threads of the compiled step's C kernels (attention and routed experts; fp32 weights and cache; see
-    # `native_engine.decode.attention_kernel`, `.expert_kernel`): the calling thread plus kernel_threads - 1
-    # helpers. Attention is bound by memory latency on one core, so a second thread nearly halves it.
-    kernel_threads: int = 2
-    # Decode steps one worker-thread call may run (1: back to the event loop after every step). The worker stops
-    # early, after the step in progress, on a new call, abort, pause or resume, and once `admission_batch` rows
-    # finished while calls wait for a slot; it hands tokens to the loop every 16 steps and at every finish
-    # meanwhile. Results do not depend on it (every row's math and draws are per step and per row).
-    decode_burst: int = 64
-    # With calls waiting for a slot, a burst ends (and they are admitted and prefilled together) once this many
-    # rows have finished, or as many as wait if fewer. None: max_slots // 8, at least 1. 1 admits at every finish
-    # (lowest latency); larger amortises the prefill call and the thread hop over several admissions at the cost
-    # of slots left idle meanwhile (benchmarks/engine_throughput.py (b) measures both). Results do not depend on it.
-    admission_batch: int | None = None
-    eos_token_ids: tuple[int, ...] | None = None  # None: the model config's eos_token_id; () never stops on EOS
-    num_threads: int | None = None  # torch intra-op threads, PROCESS-WIDE (set when the engine is built); None: keep
-    # Torch intra-op threads of the engine's own step thread (`native_engine.step_thread`: model steps and weight
-    # loads), whatever the process's count; None: the process's when the thread starts. 1: the compiled step's C
-    # kernels run threads of their own (kernel_threads), and the eager step's ops are too small to gain from a
-    # second OpenMP thread: with a trainer in the same process, a second thread here makes both the decode and the
-    # trainer's step slower (they spin against each other; see `native_engine.step_thread`). Results do not depend
-    # on it beyond float rounding.
-    step_threads: int | None = 1
-    seed: int = 0  # seeds the per-request seeds of calls that pass `SamplingParams.seed=None`
-    # A throttled engine: the worker waits this long after each step of a decode burst (a pause, abort or new call
-    # cuts the wait short), as a slower model would take. For tests and demos that need weight pushes to land
-    # mid-response on a tiny model. Results do not depend on it. 0: no wait.
-    step_delay_ms: float = 0.0
-    # True on-policy mode: every position is computed alone with `moe_models.invariant_step` (no batching, no fused
-    # kernels), so the trainer's `invariant_log_probs` reproduces the sampled log-probs and routing bit for bit.
-    # fp32 only, never compiled; many times slower than the batched decode.
-    true_on_policy: bool = False
+    kind: Literal["native"] = "native"
+    slots: int = _help("KV-cache slots (sequences decoded together)", 64)
+    dtype: Literal["float32", "bfloat16"] = _help(
+        "the KV cache's dtype; the rollout engine loads the weights in it too (the trainer keeps fp32 weights and "
+        "sends them in this dtype; the compiled decode's C kernels are fp32-only, so a compiled bf16 step runs "
+        "torch's ops)",
+        "float32",
+    )
+    max_prefill_tokens: int = _help("prompt tokens admitted per step (at least one prompt always is)", 8192)
+    device: str = _help("torch device of the model and its KV cache", "cpu")
+    compile_decode: bool = _help(
+        "torch.compile the decode step (`native_engine.decode.decode_graph`, one graph per model shape and cache "
+        "length, compiled at the first decode step): same results as eager to float rounding; pays off with long "
+        "responses, not in short runs",
+        False,
+    )
+    kernel_threads: int = _help(
+        "threads of the compiled decode's C kernels (attention, routed experts; fp32 only): the calling thread plus "
+        "helpers; 0: the cores the engine may use (an async rollouter's ray.rollouter_threads, else every core this "
+        "process may run on)",
+        2,
+    )
+    decode_burst: int = _help(
+        "decode steps one worker-thread call may run (1: back to the event loop after every step); a burst ends "
+        "early on a new call, abort, pause or resume, and once admission_batch rows finished while calls wait",
+        64,
+    )
+    admission_batch: int | None = _help(
+        "with calls waiting for a slot, a burst ends once this many rows finished (or as many as wait); 1 admits at "
+        "every finish, more amortise the prefill over several admissions; none: slots // 8, at least 1",
+        None,
+    )
+    eos_token_ids: tuple[int, ...] | None = _help(
+        "token ids that end a response (none: the model config's eos_token_id; empty: never stop on EOS)", None
+    )
+    step_delay_ms: float = _help(
+        "throttle: the engine waits this long after each decode step, as a slower model would (tests and demos of "
+        "weight pushes landing mid-response on a tiny model); 0: none",
+        0.0,
+    )
 
     def __post_init__(self) -> None:
-        ints = ("max_slots", "max_len", "max_prefill_tokens", "decode_burst", "admission_batch", "kernel_threads")
-        for name in ints:
-            value = getattr(self, name)
-            if name == "admission_batch" and value is None:
-                object.__setattr__(self, name, max(1, self.max_slots // 8))
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"EngineConfig.{name}: expected an int >= 1, got {value!r}")
-        for name in ("num_threads", "step_threads"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"EngineConfig.{name}: expected None or an int >= 1, got {value!r}")
-        if (
-            isinstance(self.step_delay_ms, bool)
-            or not isinstance(self.step_delay_ms, int | float)
-            or not (0 <= self.step_delay_ms <= 10_000)
+        for name in ("slots", "max_prefill_tokens", "decode_burst"):
+            if not _positive_int(getattr(self, name)):
+                raise ValueError(f"rollout.engine.{name}: expected an int >= 1, got {getattr(self, name)!r}")
+        if not (_positive_int(self.kernel_threads) or self.kernel_threads == 0) or isinstance(
+            self.kernel_threads, bool
         ):
-            raise ValueError(f"EngineConfig.step_delay_ms: expected a number in 0..10000, got {self.step_delay_ms!r}")
-        if self.cache_dtype not in _DTYPES:
-            raise ValueError(f"EngineConfig.cache_dtype: expected one of {sorted(_DTYPES)}, got {self.cache_dtype!r}")
-        if self.true_on_policy and (self.compile_decode or self.cache_dtype != "float32"):
+            raise ValueError(f"rollout.engine.kernel_threads: expected an int >= 0, got {self.kernel_threads!r}")
+        if self.admission_batch is not None and not _positive_int(self.admission_batch):
             raise ValueError(
-                "EngineConfig.true_on_policy: expected compile_decode False and cache_dtype float32 (the invariant "
-                f"forward is fp32 and eager), got {self.compile_decode}, {self.cache_dtype}"
+                f"rollout.engine.admission_batch: expected none or an int >= 1, got {self.admission_batch!r}"
             )
+        delay = self.step_delay_ms
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= 10_000:
+            raise ValueError(f"rollout.engine.step_delay_ms: expected a number in 0..10000, got {delay!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"rollout.engine.dtype: expected one of {list(DTYPES)}, got {self.dtype!r}")
         if self.eos_token_ids is not None:
-            object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
+            self.eos_token_ids = tuple(int(t) for t in self.eos_token_ids)
 
     @property
-    def torch_cache_dtype(self) -> torch.dtype:
-        return _DTYPES[self.cache_dtype]
+    def admitted_together(self) -> int:
+        """`admission_batch`, or (None) `slots // 8`, at least 1."""
+        return self.admission_batch if self.admission_batch is not None else max(1, self.slots // 8)
+
+    async def build(self, site: RolloutSite) -> RolloutEngine:
+        """The rollout engine over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`)."""
+        from native_engine.rollout_engine import NativeRolloutEngine
+
+        return NativeRolloutEngine(self, site)

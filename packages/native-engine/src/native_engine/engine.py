@@ -14,7 +14,7 @@ from rollout_core import SamplingParams, Segment
 from routing_state import RoutingSpec
 
 from native_engine.burst import BurstChunk
-from native_engine.config import EngineConfig
+from native_engine.config import EngineConfig, check_run_settings
 from native_engine.metrics import EngineMetrics, MetricsRecorder
 from native_engine.request import Request, RequestStatus
 from native_engine.runner import ModelRunner, StepOutput, apply_chunk, apply_step, build_step_input
@@ -34,12 +34,19 @@ class NativeEngine:
     """Continuous batching over a slot KV cache, with abort, pause ("abort" | "keep" | "wait") and weight pushes.
 
     Concurrency model: all bookkeeping runs on the event loop; each model step (prefill of newly admitted prompts
-    plus one decode token for every running request) runs in the engine's step thread (`EngineConfig.step_threads`
-    torch threads) under `torch.inference_mode()`, so the loop stays responsive. A background step-loop task
-    starts on the running loop when there is work and exits when there is none; a new event loop (e.g.
+    plus one decode token for every running request) runs in the engine's step thread (`step_threads` torch
+    threads; None: the process's count when the thread starts) under `torch.inference_mode()`, so the loop stays
+    responsive. A background step-loop task starts on the running loop when there is work and exits when there is
+    none; a new event loop (e.g.
     `asyncio.run` per test) is picked up automatically once the previous one is closed. Aborted calls return at
     once with the tokens and routing rows they have; a step that was running for them finishes in the background
     and its output for them is dropped.
+
+    What the run decides is passed beside the config: `max_len` (positions per slot: prompt + max_new_tokens of
+    one call must fit), `seed` (seeds the per-request seeds of calls that pass `SamplingParams.seed=None`),
+    `true_on_policy` (every position computed alone by `moe_models.invariant_step`, so the trainer's
+    `invariant_log_probs` reproduces the sampled log-probs and routing bit for bit), `num_threads` (torch intra-op
+    threads, process-wide, set here; None: keep) and `step_threads`. `knobs` build the config when none is given.
 
     Pause modes (vLLM AsyncLLM's): "abort" ends every queued and in-flight call with `stop_reason=abort`; "keep"
     freezes in-flight calls with their KV cache, and after `resume()` they continue under the weights then loaded
@@ -49,21 +56,40 @@ class NativeEngine:
     """
 
     def __init__(
-        self, model: MoEForCausalLM, config: EngineConfig | None = None, *, weight_version: int = 0, **knobs: object
+        self,
+        model: MoEForCausalLM,
+        config: EngineConfig | None = None,
+        *,
+        max_len: int = 1024,
+        seed: int = 0,
+        true_on_policy: bool = False,
+        num_threads: int | None = None,
+        step_threads: int | None = 1,
+        weight_version: int = 0,
+        **knobs: object,
     ) -> None:
         if config is not None and knobs:
             raise ValueError(f"NativeEngine: expected either config or knobs, got both (knobs {sorted(knobs)})")
         self.config = config if config is not None else EngineConfig(**knobs)  # type: ignore[arg-type]
-        self._runner = ModelRunner(model, self.config, version=weight_version)
-        self._step_thread = StepThread(self.config.step_threads)  # runs every model step and weight load
+        check_run_settings(self.config, max_len, true_on_policy, num_threads, step_threads)
+        self.max_len = max_len
+        self._runner = ModelRunner(
+            model,
+            self.config,
+            max_len=max_len,
+            true_on_policy=true_on_policy,
+            num_threads=num_threads,
+            version=weight_version,
+        )
+        self._step_thread = StepThread(step_threads)  # runs every model step and weight load
         eos = self.config.eos_token_ids
         if eos is None:
             model_eos = model.config.eos_token_id
             eos = () if model_eos is None else tuple(model_eos) if isinstance(model_eos, list | tuple) else (model_eos,)
         self._eos_ids = frozenset(int(t) for t in eos)
-        self._scheduler = Scheduler(self.config.max_slots, self.config.max_prefill_tokens)
-        self._metrics = MetricsRecorder(self.config.max_slots)
-        self._rng = random.Random(self.config.seed)
+        self._scheduler = Scheduler(self.config.slots, self.config.max_prefill_tokens)
+        self._metrics = MetricsRecorder(self.config.slots)
+        self._rng = random.Random(seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
@@ -93,7 +119,7 @@ class NativeEngine:
     @property
     def max_context(self) -> int:
         """Prompt + max_new_tokens one call may ask for."""
-        return self.config.max_len
+        return self.max_len
 
     @property
     def model(self) -> MoEForCausalLM:
@@ -132,10 +158,10 @@ class NativeEngine:
         bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise ValueError(f"prompt_ids: expected token ids in [0, {self.vocab_size}), got {bad[0]}")
-        if len(prompt_ids) + params.max_new_tokens > self.config.max_len:
+        if len(prompt_ids) + params.max_new_tokens > self.max_len:
             raise ValueError(
                 f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the "
-                f"engine's context: expected <= max_len ({self.config.max_len})"
+                f"engine's context: expected <= max_len ({self.max_len})"
             )
 
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Segment:
@@ -301,7 +327,7 @@ class NativeEngine:
             return None
         if self._scheduler.num_free_slots > 0:
             return 0
-        return min(waiting, self.config.admission_batch)
+        return min(waiting, self.config.admitted_together)
 
     async def _step_loop(self) -> None:
         try:

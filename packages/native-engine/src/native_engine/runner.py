@@ -19,7 +19,7 @@ from moe_models import MoEForCausalLM, load_state_dict_tensors
 from routing_state import RoutingSpec
 
 from native_engine.burst import BurstChunk, BurstSpec, run_burst
-from native_engine.config import EngineConfig
+from native_engine.config import EngineConfig, usable_cores
 from native_engine.decode import CachedModel, KVCache
 from native_engine.decode.invariant_model import InvariantCachedModel
 from native_engine.request import Request
@@ -128,24 +128,34 @@ def routing_spec_of(model: MoEForCausalLM) -> RoutingSpec | None:
 
 class ModelRunner:
     """Owns the model, its `CachedModel` (decode weights, compiled graph inputs, kernel threads) and the KV cache
-    (`max_slots` x `max_len` positions). The model itself holds no inference state."""
+    (`slots` x `max_len` positions). The model itself holds no inference state."""
 
-    def __init__(self, model: MoEForCausalLM, config: EngineConfig, version: int = 0) -> None:
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+    def __init__(
+        self,
+        model: MoEForCausalLM,
+        config: EngineConfig,
+        *,
+        max_len: int,
+        true_on_policy: bool = False,
+        num_threads: int | None = None,
+        version: int = 0,
+    ) -> None:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
         self.model = model.eval().to(config.device)
         self.config = config
         self.version = version
         self.routing_spec = routing_spec_of(model)
         self.vocab_size = int(model.config.vocab_size)
-        self.cache = KVCache(
-            model.config, config.max_slots, config.max_len, dtype=config.torch_cache_dtype, device=config.device
-        )
+        cache_dtype = getattr(torch, config.dtype)
+        self.cache = KVCache(model.config, config.slots, max_len, dtype=cache_dtype, device=config.device)
         self._lock = threading.Lock()
         self.cached: CachedModel | InvariantCachedModel = (
             InvariantCachedModel(self.model)
-            if config.true_on_policy
-            else CachedModel(self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads)
+            if true_on_policy
+            else CachedModel(
+                self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads or usable_cores()
+            )
         )
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:

@@ -32,11 +32,11 @@ def perturbed_state(model: MoEForCausalLM, seed: int, scale: float = 0.05) -> di
 
 
 def make_native_harness(
-    *, seed: int = 0, max_slots: int = 16, max_len: int = 256, pause_mode: str = "abort", **knobs: object
+    *, seed: int = 0, slots: int = 16, max_len: int = 256, pause_mode: str = "abort", **knobs: object
 ) -> EngineHarness:
     """A fresh tiny engine; its `update_weights` does pause(pause_mode) -> push perturbed weights -> resume."""
     model = tiny_model(seed)
-    engine = NativeEngine(model, max_slots=max_slots, max_len=max_len, **knobs)
+    engine = NativeEngine(model, slots=slots, max_len=max_len, **knobs)
 
     async def update_weights() -> None:
         await engine.pause(pause_mode)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from native_engine.config import EngineConfig
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
@@ -25,7 +26,7 @@ from trainers.backend.config import BackendConfig, OptimConfig, TorchBackendConf
 from trainers.train_config import TrainLoopConfig
 
 from recipes.debug_config import DebugConfig
-from recipes.engine_config import EngineConfig, NativeEngineConfig
+from recipes.engine_config import RolloutEngineConfig
 from recipes.teacher import TeacherConfig, check_temperature
 
 
@@ -61,7 +62,7 @@ class RolloutConfig:
     max_new_tokens: int = _help("response budget per turn; 0: the task's longest answer + 1 (EOS)", 0)
     max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
     reward_timeout_s: float = _help("seconds one reward call may take; then the sample is a counted reward_error", 5.0)
-    engine: EngineConfig = field(default_factory=NativeEngineConfig)
+    engine: RolloutEngineConfig = field(default_factory=lambda: EngineConfig(slots=256, kernel_threads=0))
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.samples_per_prompt < 1:

@@ -1,15 +1,17 @@
-"""The `rollout.engine` section: which inference engine serves the rollouts (a tagged union chosen by `kind`).
-Standard library only (`--help` imports it); `build()` imports the engine."""
+"""The `rollout.engine` section: which inference engine serves the rollouts (a tagged union chosen by `kind`:
+`native_engine.EngineConfig` as it is, vLLM or SGLang). Standard library only (`--help` imports it); `build()`
+imports the engine."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from native_engine.config import EngineConfig, usable_cores
+
 if TYPE_CHECKING:
-    from recipes.engines.protocol import RolloutEngine
+    from native_engine.rollout_protocol import RolloutEngine
 
 
 def _help(text: str, default: object) -> object:
@@ -35,56 +37,6 @@ class EngineSite:
     def threads(self) -> int:
         """`cpu_threads`, or (0) the number of cores this process may run on."""
         return self.cpu_threads or usable_cores()
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask where the OS has one, as Linux does; else every core)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-@dataclass
-class NativeEngineConfig:
-    """The embedded engine (`native_engine`): continuous batching in the owning process, weights loaded in place.
-    Its model steps run on a thread of their own at `EngineSite.cpu_threads` torch threads (an async rollouter's
-    `ray.rollouter_threads`; 1 in apps/sync_ppo, whatever the trainer's `run.torch_threads`: two OpenMP teams of 2
-    sharing 2 cores slowed both, see `native_engine.step_thread`)."""
-
-    kind: Literal["native"] = "native"
-    slots: int = _help("KV-cache slots (sequences decoded together)", 256)
-    dtype: Literal["float32", "bfloat16"] = _help(
-        "the engine's weights and KV cache; bfloat16: the trainer keeps fp32 weights and sends them in bf16 (the "
-        "compiled decode's C kernels are fp32-only, so a compiled bf16 step runs torch's ops)",
-        "float32",
-    )
-    compile_decode: bool = _help(
-        "torch.compile the decode step: a faster decode after a compile of seconds; pays off with long responses, not "
-        "on the default task (8-token answers: prefill-bound)",
-        False,
-    )
-    kernel_threads: int = _help(
-        "threads of the compiled decode's C kernels (attention, routed experts; fp32 only); 0: the CPUs the engine "
-        "may use (apps/async_ppo: ray.rollouter_threads, so a rollouter leaves the trainer its core; apps/sync_ppo: "
-        "every core)",
-        0,
-    )
-    step_delay_ms: float = _help(
-        "throttle: the engine waits this long after each decode step, as a slower model would (tests and demos of "
-        "weight pushes landing mid-response on a tiny model); 0: none",
-        0.0,
-    )
-
-    def __post_init__(self) -> None:
-        if self.slots < 1:
-            raise ValueError(f"rollout.engine.slots: expected >= 1, got {self.slots}")
-        if isinstance(self.kernel_threads, bool) or not isinstance(self.kernel_threads, int) or self.kernel_threads < 0:
-            raise ValueError(f"rollout.engine.kernel_threads: expected an int >= 0, got {self.kernel_threads!r}")
-        if not 0 <= self.step_delay_ms <= 10_000:
-            raise ValueError(f"rollout.engine.step_delay_ms: expected 0..10000, got {self.step_delay_ms}")
-
-    async def build(self, site: EngineSite) -> RolloutEngine:
-        from recipes.engines.native import NativeRolloutEngine
-
-        return NativeRolloutEngine(self, site)
 
 
 @dataclass
@@ -145,4 +97,4 @@ class SGLangEngineConfig:
         return await SGLangRolloutEngine.connect(self.urls[site.index], site, weights_dir, self.pause_mode_keep)
 
 
-EngineConfig = NativeEngineConfig | VLLMEngineConfig | SGLangEngineConfig
+RolloutEngineConfig = EngineConfig | VLLMEngineConfig | SGLangEngineConfig

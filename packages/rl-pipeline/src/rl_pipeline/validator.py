@@ -53,13 +53,11 @@ class Validator(NodeAware):
         self.sync = RayWeightSync()
         self.engine = NativeEngine.from_pretrained(
             checkpoint_dir,
-            EngineConfig(
-                max_slots=VALIDATOR_SLOTS,
-                max_len=max_len,
-                seed=seed,
-                num_threads=torch_threads,
-                step_threads=torch_threads,
-            ),
+            EngineConfig(slots=VALIDATOR_SLOTS),
+            max_len=max_len,
+            seed=seed,
+            num_threads=torch_threads,
+            step_threads=torch_threads,
         )
         self._one_at_a_time = asyncio.Lock()  # FIFO: validations finish in the order the driver started them
 

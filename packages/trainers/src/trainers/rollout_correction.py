@@ -13,101 +13,49 @@ a failing token, or every token of a failing sequence, leaves the loss mask. All
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-
 import torch
 
-__all__ = ["ISLevel", "RatioBounds", "RolloutCorrectionConfig", "rollout_correction"]
+from trainers.algorithm.correction import CorrectionConfig, IsLevel
+
+__all__ = ["rollout_correction"]
 
 LOG_RATIO_CLAMP = 20.0
 
 
-class ISLevel(enum.StrEnum):
-    TOKEN = "token"
-    SEQUENCE = "sequence"
+def _inside(band: tuple[float, ...], ratio: torch.Tensor) -> torch.Tensor:
+    """Where `ratio` lies in the closed band `(lo, hi)` (checked by `CorrectionConfig`)."""
+    lo, hi = band
+    return (ratio >= lo) & (ratio <= hi)
 
 
-@dataclass(frozen=True)
-class RatioBounds:
-    """A closed interval `[lo, hi]` of ratios `π_train/μ`, `0 <= lo < hi`."""
-
-    lo: float
-    hi: float
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.lo < self.hi):
-            raise ValueError(f"RatioBounds: expected 0 <= lo < hi, got lo={self.lo}, hi={self.hi}")
-
-    def contains(self, ratio: torch.Tensor) -> torch.Tensor:
-        return (ratio >= self.lo) & (ratio <= self.hi)
-
-
-@dataclass(frozen=True)
-class RolloutCorrectionConfig:
-    """Which weights and which rejection filters to apply; everything None is a no-op (weights 1)."""
-
-    is_level: ISLevel | None = None
-    is_cap: float | None = None  # TIS: min(w, is_cap)
-    is_band: RatioBounds | None = None  # IcePop: w = 0 outside the band
-    reject_token: RatioBounds | None = None
-    reject_seq_sum: RatioBounds | None = None
-    reject_seq_mean: RatioBounds | None = None
-
-    def __post_init__(self) -> None:
-        if self.is_cap is not None and self.is_band is not None:
-            raise ValueError("RolloutCorrectionConfig: expected at most one of is_cap (TIS) and is_band (IcePop)")
-        if (self.is_cap is not None or self.is_band is not None) and self.is_level is None:
-            raise ValueError("RolloutCorrectionConfig: is_cap / is_band need is_level (token or sequence)")
-        if self.is_cap is not None and self.is_cap <= 0:
-            raise ValueError(f"RolloutCorrectionConfig.is_cap: expected > 0, got {self.is_cap}")
-
-    @classmethod
-    def token_tis(cls, cap: float = 2.0) -> RolloutCorrectionConfig:
-        return cls(is_level=ISLevel.TOKEN, is_cap=cap)
-
-    @classmethod
-    def seq_tis(cls, cap: float = 2.0) -> RolloutCorrectionConfig:
-        return cls(is_level=ISLevel.SEQUENCE, is_cap=cap)
-
-    @classmethod
-    def seq_mis(cls, lo: float = 0.5, hi: float = 2.0) -> RolloutCorrectionConfig:
-        """Masked IS: sequence weights, sequences whose ratio leaves [lo, hi] rejected."""
-        return cls(is_level=ISLevel.SEQUENCE, reject_seq_sum=RatioBounds(lo, hi))
-
-    @classmethod
-    def token_icepop(cls, lo: float = 0.5, hi: float = 5.0) -> RolloutCorrectionConfig:
-        return cls(is_level=ISLevel.TOKEN, is_band=RatioBounds(lo, hi))
-
-
-def _weights(delta: torch.Tensor, m: torch.Tensor, level: ISLevel | None) -> torch.Tensor:  # [B, T]
+def _weights(delta: torch.Tensor, m: torch.Tensor, level: IsLevel | None) -> torch.Tensor:  # [B, T]
     if level is None:
         return torch.ones_like(delta)
-    if level is ISLevel.TOKEN:
+    if level == "token":
         return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     seq = (delta * m).sum(-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B]
     return torch.exp(seq).unsqueeze(-1).expand_as(delta).clone()
 
 
-def _rejection(delta: torch.Tensor, m: torch.Tensor, cfg: RolloutCorrectionConfig) -> torch.Tensor:  # [B, T]
+def _rejection(delta: torch.Tensor, m: torch.Tensor, cfg: CorrectionConfig) -> torch.Tensor:  # [B, T]
     keep = m > 0
-    if cfg.reject_token is not None:
-        keep &= cfg.reject_token.contains(torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))
+    if cfg.reject_token:
+        keep &= _inside(cfg.reject_token, torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))
     seq_sum = (delta * m).sum(-1)  # [B]
-    if cfg.reject_seq_sum is not None:
-        keep &= cfg.reject_seq_sum.contains(torch.exp(seq_sum.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))[:, None]
-    if cfg.reject_seq_mean is not None:
+    if cfg.reject_seq_sum:
+        keep &= _inside(cfg.reject_seq_sum, torch.exp(seq_sum.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))[:, None]
+    if cfg.reject_seq_mean:
         seq_mean = seq_sum / m.sum(-1).clamp(min=1.0)
-        keep &= cfg.reject_seq_mean.contains(torch.exp(seq_mean))[:, None]
+        keep &= _inside(cfg.reject_seq_mean, torch.exp(seq_mean))[:, None]
     return keep.to(m.dtype)
 
 
 def _weight_metrics(
-    w_raw: torch.Tensor, w: torch.Tensor, m: torch.Tensor, level: ISLevel | None
+    w_raw: torch.Tensor, w: torch.Tensor, m: torch.Tensor, level: IsLevel | None
 ) -> dict[str, torch.Tensor]:
     """IS statistics over loss tokens (token level) or non-empty sequences (sequence level); 0-dim float64. The
     selection is done with masks (no data-dependent shapes), so nothing here waits for the device."""
-    if level is ISLevel.SEQUENCE:
+    if level == "sequence":
         sel = (m.sum(-1) > 0).to(torch.float64)  # [B]
         raw, units = w_raw[:, 0], w[:, 0]
     else:
@@ -130,7 +78,7 @@ def rollout_correction(
     train_log_prob: torch.Tensor,  # [B, T]
     rollout_log_prob: torch.Tensor,  # [B, T]
     mask: torch.Tensor,  # [B, T]
-    cfg: RolloutCorrectionConfig,
+    cfg: CorrectionConfig,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Returns `(is_weights [B, T] detached and 0 off the new mask, new_mask [B, T], metrics)` (0-dim tensors).
 
@@ -151,10 +99,10 @@ def rollout_correction(
     delta = (train_log_prob.detach() - rollout_log_prob.detach()).to(torch.float64) * m  # [B, T]
     w_raw = _weights(delta, m, cfg.is_level)
     w = w_raw
-    if cfg.is_cap is not None:
+    if cfg.is_cap:
         w = w.clamp(max=cfg.is_cap)
-    if cfg.is_band is not None:
-        w = torch.where(cfg.is_band.contains(w), w, torch.zeros_like(w))
+    if cfg.is_band:
+        w = torch.where(_inside(cfg.is_band, w), w, torch.zeros_like(w))
     new_m = _rejection(delta, m, cfg)
     nonempty = m.sum(-1) > 0
     k3 = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) - 1 - delta

@@ -1,23 +1,11 @@
-"""RolloutEngine: an inference engine as a rollout producer uses it: generate (the `rollout_core.Engine` in
-`engine`), take new weights while in-flight calls freeze (`keep`) or end (`abort`), close."""
+"""The rollout-engine seam every `rollout.engine` kind builds: `RolloutEngine` is `native_engine.rollout_protocol`'s
+(where the native engine's config names it without an import circle); the vLLM and SGLang engines here implement
+it. `PauseMode`: how a push treats in-flight calls."""
 
-from __future__ import annotations
+from typing import Literal
 
-from collections.abc import Mapping
-from typing import Literal, Protocol
-
-import torch
-from rollout_core import Engine
+from native_engine.rollout_protocol import RolloutEngine
 
 PauseMode = Literal["keep", "abort"]
 
-
-class RolloutEngine(Protocol):
-    engine: Engine
-
-    async def push(self, weights: Mapping[str, torch.Tensor], version: int, mode: PauseMode) -> None:
-        """Serves `weights` (Hugging Face names, any float dtype) as `version` from now on. `keep`: in-flight
-        responses continue under the new weights; `abort`: their calls end and resume (partial rollout)."""
-        ...
-
-    async def close(self) -> None: ...
+__all__ = ["PauseMode", "RolloutEngine"]

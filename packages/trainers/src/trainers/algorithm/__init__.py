@@ -6,7 +6,7 @@ from trainers.lazy import lazy_exports
 _EXPORTS = {
     "Algorithm": "trainers.algorithm.protocol",
     "AlgorithmConfig": "trainers.algorithm.config",
-    "CorrectionConfig": "trainers.algorithm.config",
+    "CorrectionConfig": "trainers.algorithm.correction",
     "Decoupled": "trainers.algorithm.decoupled",
     "DecoupledConfig": "trainers.algorithm.config",
     "GSPO": "trainers.algorithm.gspo",

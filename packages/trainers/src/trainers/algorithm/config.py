@@ -1,5 +1,6 @@
 """The `algorithm` section: which policy loss (a tagged union chosen by `kind`), which advantage estimator, an
-optional KL-to-reference term and an optional rollout correction. Standard library only (`--help` imports it).
+optional KL-to-reference term and an optional rollout correction (`trainers.algorithm.correction`). Standard
+library only (`--help` imports it).
 
 Every variant builds its `Algorithm` with `build()` (torch is imported there, not here).
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from trainers.algorithm.correction import CorrectionConfig
 
 if TYPE_CHECKING:
     from trainers.algorithm.protocol import Algorithm
@@ -22,11 +25,6 @@ OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo")  # one scalar per sequence, from
 
 def _help(text: str, default: object) -> object:
     return field(default=default, metadata={"help": text})
-
-
-def _band(name: str, band: tuple[float, ...]) -> None:
-    if band and (len(band) != 2 or not 0 <= band[0] < band[1]):
-        raise ValueError(f"{name}: expected empty (off) or two ratios lo,hi with 0 <= lo < hi, got {band}")
 
 
 @dataclass
@@ -47,34 +45,6 @@ class KLConfig:
     def __post_init__(self) -> None:
         if self.coef < 0:
             raise ValueError(f"algorithm.kl.coef: expected >= 0, got {self.coef}")
-
-
-@dataclass
-class CorrectionConfig:
-    """Off-policy correction between the trainer's log-probs and the rollout engine's (behaviour) ones:
-    importance weights (truncated: TIS, or zeroed outside a band: IcePop) and rejection of tokens or
-    sequences whose ratio leaves a band. Every filter set must pass; all empty: off."""
-
-    is_level: Literal["off", "token", "sequence"] = _help("importance weights per token or per sequence", "off")
-    is_cap: float = _help("TIS: truncate the weights at this cap (0: no cap)", 0.0)
-    is_band: tuple[float, ...] = _help("IcePop: lo,hi; weights outside [lo, hi] become 0 (empty: off)", ())
-    reject_token: tuple[float, ...] = _help("lo,hi: tokens whose ratio leaves [lo, hi] leave the loss", ())
-    reject_seq_sum: tuple[float, ...] = _help("lo,hi on exp(sum of log-ratios): whole sequences leave the loss", ())
-    reject_seq_mean: tuple[float, ...] = _help("lo,hi on exp(mean log-ratio): whole sequences leave the loss", ())
-
-    def __post_init__(self) -> None:
-        for name in ("is_band", "reject_token", "reject_seq_sum", "reject_seq_mean"):
-            _band(f"algorithm.correction.{name}", getattr(self, name))
-        if self.is_cap < 0:
-            raise ValueError(f"algorithm.correction.is_cap: expected >= 0 (0: off), got {self.is_cap}")
-        if self.is_cap and self.is_band:
-            raise ValueError("algorithm.correction: expected at most one of is_cap (TIS) and is_band (IcePop)")
-        if (self.is_cap or self.is_band) and self.is_level == "off":
-            raise ValueError("algorithm.correction: is_cap / is_band need is_level token or sequence, got off")
-
-    @property
-    def enabled(self) -> bool:
-        return self.is_level != "off" or bool(self.reject_token or self.reject_seq_sum or self.reject_seq_mean)
 
 
 @dataclass
@@ -114,7 +84,7 @@ class PolicyGradientConfig:
     def _weights_check(self, recomputed: bool) -> None:
         """Importance weights need a recomputed old policy: in bypass mode PPO's ratio is already pi_theta / mu,
         and weights pi_old / mu would count the rollout mismatch twice."""
-        if self.correction.is_level != "off" and not recomputed:
+        if self.correction.is_level is not None and not recomputed:
             raise ValueError(
                 f"algorithm.correction.is_level {self.correction.is_level!r}: expected old_log_probs = recompute (in "
                 "bypass mode the ratio already is pi_theta / mu, so weights would count twice); got rollout"
@@ -178,10 +148,10 @@ class DecoupledConfig(PolicyGradientConfig):
         super().__post_init__()
         if self.is_cap < 0 or 0 < self.is_cap < 1:
             raise ValueError(f"algorithm.is_cap: expected 0 (off) or >= 1, got {self.is_cap}")
-        if self.correction.is_level != "off":
+        if self.correction.is_level is not None:
             raise ValueError(
                 "algorithm.correction.is_level: decoupled PPO already weights each token by pi_prox / mu (truncate it "
-                f"with algorithm.is_cap); expected off, got {self.correction.is_level!r}"
+                f"with algorithm.is_cap); expected none, got {self.correction.is_level!r}"
             )
 
     def build(self, *, max_new_tokens: int) -> Algorithm:

@@ -1,5 +1,5 @@
 """PolicyGradient: what PPO, GSPO and decoupled PPO share: the advantage estimator, the KL-to-reference term (in
-the loss or as a reward penalty) and the rollout correction built from the config."""
+the loss or as a reward penalty) and the rollout correction (the config's own `correction` section)."""
 
 from __future__ import annotations
 
@@ -8,30 +8,11 @@ from abc import ABC, abstractmethod
 import torch
 
 from trainers.aggregation import AggMode
-from trainers.algorithm.config import CorrectionConfig, PolicyGradientConfig
+from trainers.algorithm.config import PolicyGradientConfig
 from trainers.algorithm.loss_io import LossInputs, LossOutputs
 from trainers.batch import TrainBatch
 from trainers.estimators import Advantages, outcome_token_rewards, token_advantages
 from trainers.kl import kl_loss, kl_penalty_rewards
-from trainers.rollout_correction import ISLevel, RatioBounds, RolloutCorrectionConfig
-
-
-def correction_of(cfg: CorrectionConfig) -> RolloutCorrectionConfig | None:
-    """The rollout correction a config asks for (None: off)."""
-    if not cfg.enabled:
-        return None
-
-    def band(values: tuple[float, ...]) -> RatioBounds | None:
-        return RatioBounds(values[0], values[1]) if values else None
-
-    return RolloutCorrectionConfig(
-        is_level=None if cfg.is_level == "off" else ISLevel(cfg.is_level),
-        is_cap=cfg.is_cap or None,
-        is_band=band(cfg.is_band),
-        reject_token=band(cfg.reject_token),
-        reject_seq_sum=band(cfg.reject_seq_sum),
-        reject_seq_mean=band(cfg.reject_seq_mean),
-    )
 
 
 def split_metrics(loss: torch.Tensor, metrics: dict[str, torch.Tensor]) -> LossOutputs:
@@ -58,7 +39,7 @@ class PolicyGradient(ABC):
         self.agg_mode = AggMode(cfg.agg_mode)
         self.loss_scale_factor = cfg.loss_scale_factor or float(max_new_tokens)
         self.needs_reference = cfg.kl.coef > 0
-        self.correction = correction_of(cfg.correction)
+        self.correction = cfg.correction if cfg.correction.enabled else None
 
     def advantages(
         self, batch: TrainBatch, old_log_probs: torch.Tensor | None, ref_log_probs: torch.Tensor | None

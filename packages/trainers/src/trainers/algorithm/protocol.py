@@ -11,10 +11,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from trainers.algorithm.correction import CorrectionConfig
 from trainers.algorithm.loss_io import LossInputs, LossOutputs
 from trainers.batch import TrainBatch
 from trainers.estimators import Advantages
-from trainers.rollout_correction import RolloutCorrectionConfig
 
 
 @runtime_checkable
@@ -34,7 +34,7 @@ class Algorithm(Protocol):
     recompute_old_log_probs: bool
     needs_reference: bool
     uses_teacher: bool
-    correction: RolloutCorrectionConfig | None
+    correction: CorrectionConfig | None
 
     def advantages(
         self, batch: TrainBatch, old_log_probs: torch.Tensor | None, ref_log_probs: torch.Tensor | None

@@ -28,7 +28,7 @@ class FlowGRPOConfig:
     normalize_by_std: bool = _help("divide by the std (false: A = r - group mean)", True)
     adv_clip_max: float = _help("advantages are clamped to [-adv_clip_max, adv_clip_max]", 5.0)
     clip_eps: float | None = _help(
-        "PPO clip range of the per-step ratio (none: 1e-4 with log_prob_reduction mean, 0.2 with sum)", None
+        "PPO clip range of the per-step ratio (none: 1e-4 with sampler.reduction mean, 0.2 with sum)", None
     )
     beta: float = _help(
         "KL-to-reference coefficient; the KL is the per-element Gaussian KL of the step's mean, "

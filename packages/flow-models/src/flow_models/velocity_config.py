@@ -1,0 +1,45 @@
+"""The `model` section: the shape of the class-conditional velocity model (`flow_models.velocity.VelocityMLP`).
+Standard library only (`--help` imports it); `build()` imports torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class VelocityConfig:
+    """Images of `channels x image_size x image_size` pixels in `num_classes` classes (the defaults are the 8x8
+    digits'), through `depth` residual blocks of width `hidden` modulated by a `time_dim`-wide sigma embedding."""
+
+    image_size: int = _help("side of the square images, in pixels (the digits: 8)", 8)
+    channels: int = _help("image channels (the digits: 1)", 1)
+    num_classes: int = _help("class labels the model is conditioned on (the digits: 10)", 10)
+    hidden: int = _help("width of the velocity MLP", 256)
+    depth: int = _help("residual blocks of the velocity MLP", 3)
+    time_dim: int = _help("sinusoidal sigma-embedding width (even)", 64)
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "channels", "num_classes", "hidden", "depth", "time_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name}: expected >= 1, got {getattr(self, name)}")
+        if self.time_dim % 2:
+            raise ValueError(f"model.time_dim: expected an even number, got {self.time_dim}")
+
+    @property
+    def pixels(self) -> int:
+        return self.channels * self.image_size * self.image_size
+
+    def build(self) -> nn.Module:
+        """A fresh `flow_models.velocity.VelocityMLP` of this shape (typed as a module: `velocity` imports this
+        config, so naming its class here would make an import circle)."""
+        from flow_models.velocity import VelocityMLP
+
+        return VelocityMLP(self)
