@@ -18,7 +18,7 @@ from flow_models.digits import NUM_CLASSES
 from flow_models.rewards import RewardFn
 from flow_models.sampler import sample
 from flow_models.sampler_config import SamplerConfig
-from flow_models.velocity import VelocityConfig
+from flow_models.velocity_config import VelocityConfig
 from recipes.weight_sync import WeightHandle, WeightSync
 
 from flow_grpo.batch import RolloutBatch
