@@ -173,11 +173,9 @@ async def _generate_across_an_abort_push(engine: VLLMRolloutEngine, prompts: lis
     params = [
         SamplingParams(max_new_tokens=ENGINE_MAX_LEN - len(p), seed=i, ignore_eos=True) for i, p in enumerate(prompts)
     ]
-    tasks = [
-        asyncio.create_task(generate_with_resume(engine.engine, f"r{i}", p, params[i])) for i, p in enumerate(prompts)
-    ]
+    tasks = [asyncio.create_task(generate_with_resume(engine, f"r{i}", p, params[i])) for i, p in enumerate(prompts)]
     deadline = time.monotonic() + 120
-    while not any((engine.vllm.progress(f"r{i}") or 0) >= 1 for i in range(len(prompts))):
+    while not any((engine.progress(f"r{i}") or 0) >= 1 for i in range(len(prompts))):
         assert time.monotonic() < deadline and not any(t.done() for t in tasks), "no request produced a token"
         await asyncio.sleep(0.002)
     await engine.push(state, 1, "abort")
@@ -214,7 +212,7 @@ def test_vllm_rollout_engine_push_with_abort_resumes_responses_with_versions_and
         assert isinstance(engine, VLLMRolloutEngine)
         try:
             trajectories = await _generate_across_an_abort_push(engine, prompts)
-            return trajectories, engine.engine.weight_version
+            return trajectories, engine.weight_version
         finally:
             await engine.close()
 

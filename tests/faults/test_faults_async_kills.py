@@ -47,7 +47,7 @@ def test_a_rollouter_killed_mid_group_is_replaced_and_every_prompt_is_trained_ex
     def engine_activity(rollouter: Any) -> tuple[int, int, int]:
         """(running calls, pid, generated tokens) of a rollouter's native engine, read inside its actor (a local
         function: Ray ships it by value)."""
-        metrics = rollouter.engine.engine.metrics()
+        metrics = rollouter.engine.metrics()
         return metrics.running, os.getpid(), metrics.generated_tokens
 
     async def wait(self: RolloutFleet, ref: Any, what: str, *args: Any, **kw: Any) -> Any:

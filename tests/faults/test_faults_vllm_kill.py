@@ -45,7 +45,7 @@ def test_a_vllm_server_killed_mid_request_ends_every_call_as_a_counted_error_wit
     async def main() -> tuple[list[object], float, str]:
         site = EngineSite(str(base.checkpoint_dir), 256, 0, str(tmp_path / "engine"))
         rollout_engine = await VLLMEngineConfig(max_num_seqs=64).build(site)
-        engine, server = rollout_engine.engine, rollout_engine.server  # type: ignore[attr-defined]
+        engine, server = rollout_engine, rollout_engine.server  # type: ignore[attr-defined]
         try:
             calls = asyncio.ensure_future(generate_all(engine, tokenizer, requests))
             while not any(engine.progress(r.request_id) for r in requests) and not calls.done():

@@ -33,7 +33,7 @@ def _built_kernel_threads(cfg: EngineConfig, tmp_path: Path, cpu_threads: int) -
     async def run() -> int:
         engine = await cfg.build(Site(str(tmp_path / "ckpt"), cpu_threads))
         try:
-            return engine.native.config.kernel_threads
+            return engine.config.kernel_threads
         finally:
             await engine.close()
 

@@ -32,10 +32,10 @@ def test_a_bf16_native_engine_samples_with_bf16_weights_and_cache_and_casts_push
     async def run() -> None:
         engine = await EngineConfig(slots=4, dtype="bfloat16").build(EngineSite(checkpoint, 64, 0, str(tmp_path)))
         try:
-            model = engine.native.model
+            model = engine.model
             assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
-            assert engine.native.config.dtype == "bfloat16"
-            seg = await engine.engine.generate("a", [1, 5, 7], SamplingParams(max_new_tokens=6, seed=1))
+            assert engine.config.dtype == "bfloat16"
+            seg = await engine.generate("a", [1, 5, 7], SamplingParams(max_new_tokens=6, seed=1))
             assert len(seg.token_ids) == 6 and all(lp <= 0 for lp in seg.log_probs)
             fp32 = {k: v.float() * 1.001 for k, v in tiny_model().state_dict().items()}
             await engine.push(fp32, 1, "abort")

@@ -76,6 +76,6 @@ def test_rollout_compile_decode_flag_reaches_the_engine(tmp_path: Path, tiny_con
 
     from sync_ppo.trainer import _build
 
-    assert not asyncio.run(_build(tiny_config(tmp_path / "eager"))).engine.native.decode_compiled
+    assert not asyncio.run(_build(tiny_config(tmp_path / "eager"))).engine.decode_compiled
     compiled = asyncio.run(_build(tiny_config(tmp_path / "compiled", "--rollout.engine.compile_decode", "true")))
-    assert compiled.engine.native.config.compile_decode and compiled.engine.native.decode_compiled
+    assert compiled.engine.config.compile_decode and compiled.engine.decode_compiled

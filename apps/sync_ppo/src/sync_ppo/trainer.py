@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipes.engine_config import EngineSite
-from recipes.engines.protocol import RolloutEngine
 from recipes.policy_trainer import PolicyTrainer
 from recipes.precision_probe import probe, write_probe
 from recipes.requests import GroupSpec, step_requests
@@ -30,7 +29,7 @@ from recipes.teacher_stream import TeacherStream, attach_teacher, build_teachers
 from recipes.tensorboard_log import TensorBoardLog
 from recipes.validation import validate
 from recipes.weight_sync import LocalWeightSync
-from rollout_core import NOT_SAMPLED
+from rollout_core import NOT_SAMPLED, RolloutEngine
 from run_loop import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
 from trainers.dumps import write_dump
@@ -63,7 +62,7 @@ class SyncPPO:
         stream = None if self.teacher is None else TeacherStream(self.teacher)
         t0 = time.perf_counter()
         trajectories = await generate_all(
-            self.engine.engine,
+            self.engine,
             s.tokenizer,
             requests,
             tool=s.task.tool,
@@ -88,7 +87,7 @@ class SyncPPO:
     async def validate(self, step: int) -> dict[str, float]:
         s = self.s
         result = await validate(
-            self.engine.engine,
+            self.engine,
             s.tokenizer,
             s.task.reward_fn,
             s.val_examples(),
@@ -111,7 +110,7 @@ class SyncPPO:
         ok = [s.trajectory.all_ids for s in scored if s.status is SampleStatus.OK][: d.precision_samples]
         bf16 = self.cfg.backend.compute_dtype == "bfloat16"
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-        diffs = probe(self.engine.native.model, self.trainer.steps.policy_model(), ok, d.precision_layers, autocast)
+        diffs = probe(self.engine.model, self.trainer.steps.policy_model(), ok, d.precision_layers, autocast)
         write_probe(self.s.run.root, step, diffs)
 
     async def start(self, checkpoint: Checkpoint | None) -> None:
@@ -143,7 +142,7 @@ class SyncPPO:
 
     async def save(self, step: int, folder: Path) -> int:
         self.trainer.steps.state_dict().save(folder)
-        return self.engine.engine.weight_version
+        return self.engine.weight_version
 
     async def close(self, completed: bool) -> None:
         try:
@@ -172,7 +171,7 @@ class SyncPPO:
             "timing/train_s": t2 - t1,
             "timing/push_s": t3 - t2,
             "timing/validate_s": time.perf_counter() - t3,
-            "engine/weight_version": float(self.engine.engine.weight_version),
+            "engine/weight_version": float(self.engine.weight_version),
         }
         metrics["timing/step_s"] = time.perf_counter() - t0
         metrics["perf/step_tokens_per_s"] = metrics["rollout/generated_tokens"] / metrics["timing/step_s"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from native_engine.rollout_protocol import RolloutEngine, RolloutSite
+    from rollout_core import RolloutEngine, RolloutSite
 
 DTYPES = ("float32", "bfloat16")
 
@@ -126,7 +126,7 @@ class EngineConfig:
         return self.admission_batch if self.admission_batch is not None else max(1, self.slots // 8)
 
     async def build(self, site: RolloutSite) -> RolloutEngine:
-        """The rollout engine over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`)."""
-        from native_engine.rollout_engine import NativeRolloutEngine
+        """A `NativeEngine` over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`)."""
+        from native_engine.rollout_engine import open_native_engine
 
-        return NativeRolloutEngine(self, site)
+        return open_native_engine(self, site)

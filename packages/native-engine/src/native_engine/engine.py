@@ -241,6 +241,15 @@ class NativeEngine:
         loaded = await asyncio.to_thread(read_state, state)
         await self._step_thread.run(self._runner.load_weights, loaded, version)
 
+    async def push(self, weights: WeightSource, version: int, mode: Literal["keep", "abort"]) -> None:
+        """`rollout_core.RolloutEngine.push`: pauses (`keep` freezes the in-flight calls, `abort` ends them), loads
+        `weights` in place as `version`, resumes (also when the load fails)."""
+        await self.pause(mode)
+        try:
+            await self.update_weights(weights, version)
+        finally:
+            await self.resume()
+
     async def close(self) -> None:
         """Aborts every call and waits for the step in flight; the engine can be used again afterwards."""
         await self.pause("abort")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from native_engine.config import EngineConfig, usable_cores
 
 if TYPE_CHECKING:
-    from native_engine.rollout_protocol import RolloutEngine
+    from rollout_core import RolloutEngine
 
 
 def _help(text: str, default: object) -> object:
@@ -94,7 +94,7 @@ class SGLangEngineConfig:
                 f"got {len(self.urls)}: {list(self.urls)}"
             )
         weights_dir = Path(self.weights_dir) if self.weights_dir else Path(site.work_dir)
-        return await SGLangRolloutEngine.connect(self.urls[site.index], site, weights_dir, self.pause_mode_keep)
+        return await SGLangRolloutEngine.open(self.urls[site.index], site, weights_dir, self.pause_mode_keep)
 
 
 RolloutEngineConfig = EngineConfig | VLLMEngineConfig | SGLangEngineConfig

@@ -20,7 +20,6 @@ import torch
 from moe_models import load_tokenizer
 from recipes.config import RolloutConfig, TaskConfig
 from recipes.engine_config import EngineSite
-from recipes.engines.protocol import PauseMode, RolloutEngine
 from recipes.ray_node import NodeAware
 from recipes.requests import GroupSpec, group_requests
 from recipes.rollout import generate_all, score_all
@@ -28,6 +27,7 @@ from recipes.samples import SampleStatus, ScoredSample
 from recipes.teacher import DEFAULT_TEACHER
 from recipes.teacher_stream import attach_teacher
 from recipes.weight_sync import RayWeightSync, WeightHandle
+from rollout_core import PauseMode, RolloutEngine
 
 from rl_pipeline.group import FinishedGroup
 from rl_pipeline.ledger import PromptTicket
@@ -87,7 +87,7 @@ class Rollouter(NodeAware):
             except BaseException:
                 await self.close()
                 raise
-        return self.engine.engine.weight_version
+        return self.engine.weight_version
 
     def _engine(self) -> RolloutEngine:
         if self.engine is None:
@@ -180,7 +180,7 @@ class Rollouter(NodeAware):
         return time.perf_counter() - t0
 
     def stats(self) -> RollouterStats:
-        version = self.engine.engine.weight_version if self.engine is not None else -1
+        version = self.engine.weight_version if self.engine is not None else -1
         return RollouterStats(self.spec.rollouter_id, self._groups, self._tokens, version)
 
     async def stop(self) -> RollouterStats:

@@ -22,6 +22,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 from rollout_core import SamplingParams, Segment, check_prompt
@@ -78,7 +79,7 @@ class SGLangEngine:
         self._background: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def connect(cls, base_url: str, shape: ModelShape, *, abort_grace_s: float = 5.0) -> SGLangEngine:
+    async def connect(cls, base_url: str, shape: ModelShape, *, abort_grace_s: float = 5.0) -> Self:
         client = SGLangClient(base_url)
         try:
             label = await client.weight_version()

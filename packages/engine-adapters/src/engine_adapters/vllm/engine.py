@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 from dataclasses import dataclass, field
+from typing import Self
 
 import httpx
 import numpy as np
@@ -87,9 +88,7 @@ class VLLMEngine:
         self._background: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def connect(
-        cls, base_url: str, *, routing: RoutingSource = "extension", abort_grace_s: float = 0.5
-    ) -> VLLMEngine:
+    async def connect(cls, base_url: str, *, routing: RoutingSource = "extension", abort_grace_s: float = 0.5) -> Self:
         """Attaches to a server launched with our worker extension; labels its weights version 0 if unlabelled."""
         client = VLLMClient(base_url)
         try:

@@ -12,23 +12,29 @@ import torch
 from engine_adapters.sglang import ModelShape, SGLangEngine
 from moe_models import MoEForCausalLM, load_pretrained, save_pretrained
 from moe_models.checkpoint import load_state_dict_tensors
-from rollout_core import Engine
+from rollout_core import PauseMode
 
 from recipes.engine_config import EngineSite
-from recipes.engines.protocol import PauseMode
 
 
-class SGLangRolloutEngine:
-    def __init__(self, sglang: SGLangEngine, weights_dir: Path, model: MoEForCausalLM, keep_mode: str) -> None:
-        self.sglang, self.weights_dir, self._model, self.keep_mode = sglang, weights_dir, model, keep_mode
-        self.engine: Engine = sglang
+class SGLangRolloutEngine(SGLangEngine):
+    """The adapter (`SGLangEngine`) that turns a push into an HF folder under a directory the server reads."""
+
+    weights_dir: Path
+    keep_mode: str
+    _model: MoEForCausalLM
 
     @classmethod
-    async def connect(cls, url: str, site: EngineSite, weights_dir: Path, keep_mode: str) -> SGLangRolloutEngine:
+    async def open(cls, url: str, site: EngineSite, weights_dir: Path, keep_mode: str) -> SGLangRolloutEngine:
         shape = ModelShape.from_hf_config(site.checkpoint_dir, max_context=site.max_len)
-        sglang = await SGLangEngine.connect(url, shape)
-        model = await asyncio.to_thread(load_pretrained, site.checkpoint_dir)
-        return cls(sglang, weights_dir, model, keep_mode)
+        engine = await cls.connect(url, shape)
+        try:
+            engine._model = await asyncio.to_thread(load_pretrained, site.checkpoint_dir)
+        except BaseException:
+            await engine.close()
+            raise
+        engine.weights_dir, engine.keep_mode = weights_dir, keep_mode
+        return engine
 
     def _write_weights(self, weights: Mapping[str, torch.Tensor], folder: Path) -> None:
         load_state_dict_tensors(self._model, dict(weights))
@@ -41,9 +47,6 @@ class SGLangRolloutEngine:
         try:
             await asyncio.to_thread(self._write_weights, weights, folder)
             pause = self.keep_mode if mode == "keep" else "abort"
-            await self.sglang.update_weights(str(folder), version, pause_mode=pause)  # type: ignore[arg-type]
+            await self.update_weights(str(folder), version, pause_mode=pause)  # type: ignore[arg-type]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-
-    async def close(self) -> None:
-        await self.sglang.close()

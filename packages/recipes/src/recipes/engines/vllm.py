@@ -24,11 +24,10 @@ from engine_adapters.vllm import VLLMEngine, VLLMServer, VLLMServerConfig, VLLMS
 from engine_adapters.vllm.server import free_port
 from moe_models import MoEForCausalLM, load_pretrained, save_pretrained
 from moe_models.checkpoint import load_state_dict_tensors
-from rollout_core import Engine
+from rollout_core import PauseMode
 
 from recipes.engine_config import EngineSite, VLLMEngineConfig
 from recipes.engines import server_guard
-from recipes.engines.protocol import PauseMode
 
 VLLM_LOG_NAME = "vllm-server.log"
 VLLM_MAX_NUM_SEQS = 256  # cap of vLLM's max_num_seqs: requests beyond it wait in vLLM's scheduler queue
@@ -70,29 +69,33 @@ def start_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:
     return VLLMServer(f"http://127.0.0.1:{port}", process=process, log_path=log_path)
 
 
-class VLLMRolloutEngine:
-    def __init__(self, site: EngineSite, server: VLLMServer, engine: VLLMEngine, model: MoEForCausalLM) -> None:
-        self.site, self.server, self.vllm, self._model = site, server, engine, model
-        self.engine: Engine = engine
+class VLLMRolloutEngine(VLLMEngine):
+    """The adapter (`VLLMEngine`) that also owns its server and turns a push into an HF folder vLLM reloads."""
+
+    server: VLLMServer
+    site: EngineSite
+    _model: MoEForCausalLM
 
     @classmethod
     async def launch(cls, cfg: VLLMEngineConfig, site: EngineSite) -> VLLMRolloutEngine:
         """Starts the server, waits for it off the event loop, connects; any failure stops the server."""
         config = vllm_server_config(cfg, site)
         server = start_vllm_server(config, Path(site.work_dir) / VLLM_LOG_NAME)
-        engine: VLLMEngine | None = None
         try:
             await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
-            engine = await VLLMEngine.connect(server.base_url)
-            if engine.max_context < site.max_len:
-                raise VLLMServerError(f"vLLM max_model_len: expected >= {site.max_len}, got {engine.max_context}")
-            model = await asyncio.to_thread(load_pretrained, site.checkpoint_dir)
+            engine = await cls.connect(server.base_url)
         except BaseException:
-            if engine is not None:
-                await engine.close()
             await asyncio.to_thread(server.stop)
             raise
-        return cls(site, server, engine, model)
+        engine.server, engine.site = server, site
+        try:
+            if engine.max_context < site.max_len:
+                raise VLLMServerError(f"vLLM max_model_len: expected >= {site.max_len}, got {engine.max_context}")
+            engine._model = await asyncio.to_thread(load_pretrained, site.checkpoint_dir)
+        except BaseException:
+            await engine.close()
+            raise
+        return engine
 
     def _write_weights(self, weights: Mapping[str, torch.Tensor], folder: Path) -> None:
         load_state_dict_tensors(self._model, dict(weights))
@@ -104,12 +107,13 @@ class VLLMRolloutEngine:
         folder = Path(self.site.work_dir) / f"weights-v{version}"
         try:
             await asyncio.to_thread(self._write_weights, weights, folder)
-            await self.vllm.update_weights(str(folder), version, pause_mode=mode)
+            await self.update_weights(str(folder), version, pause_mode=mode)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
     async def close(self) -> None:
+        """Closes the connection, then stops the server it owns."""
         try:
-            await self.vllm.close()
+            await super().close()
         finally:
             await asyncio.to_thread(self.server.stop)
