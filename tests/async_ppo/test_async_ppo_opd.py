@@ -14,8 +14,8 @@ import pytest
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from engine_adapters.vllm import default_python
-from recipes.ray_config import RayConfig
-from recipes.ray_session import LocalRay
+from ray_session.config import RayConfig
+from ray_session.session import LocalRay
 from recipes.teacher import ensure_teacher
 from run_logging import read_metrics
 from trainers.dumps import read_dump

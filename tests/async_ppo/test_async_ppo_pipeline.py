@@ -12,8 +12,8 @@ import pytest
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
-from recipes.ray_config import RayConfig
-from recipes.ray_session import LocalRay
+from ray_session.config import RayConfig
+from ray_session.session import LocalRay
 from rl_pipeline.fleet import PipelineError
 from rl_pipeline.ledger import LedgerState
 from rollout_core import TrajectoryStatus

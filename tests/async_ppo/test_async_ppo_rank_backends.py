@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from recipes.ray_config import RayConfig
-from recipes.ray_session import LocalRay
+from ray_session.config import RayConfig
+from ray_session.session import LocalRay
 from run_logging import read_metrics
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from async_ppo.cli import parse
-from recipes.ray_config import RayConfig
+from ray_session.config import RayConfig
 
 
 def test_a_local_ray_defaults_to_loopback_a_removed_temp_dir_and_a_120_s_node_start() -> None:

@@ -11,9 +11,9 @@ import torch
 from moe_models import save_pretrained
 from native_engine.config import EngineConfig
 from native_engine.testing import tiny_model
+from ray_session.weight_sync import LocalWeightSync
 from recipes.engine_config import EngineSite
 from recipes.policy_trainer import PolicyTrainer
-from recipes.weight_sync import LocalWeightSync
 from rollout_core import SamplingParams
 from run_logging import RunDir
 from trainers.algorithm import PPOConfig

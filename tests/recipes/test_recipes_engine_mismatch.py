@@ -8,7 +8,7 @@ import asyncio
 import torch
 from native_engine import NativeEngine
 from native_engine.testing import tiny_model
-from recipes.weight_sync import LocalWeightSync
+from ray_session.weight_sync import LocalWeightSync
 from rollout_core import SamplingParams, generate_with_resume
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig

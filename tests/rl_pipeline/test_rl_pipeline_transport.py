@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from recipes.weight_sync import WeightHandle, WeightSync
+from ray_session.weight_sync import WeightHandle, WeightSync
 from rl_pipeline.transport import LocalRollouts
 
 

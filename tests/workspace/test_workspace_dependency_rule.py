@@ -65,7 +65,13 @@ RULE: dict[str, Rule] = {
         "One run lifecycle: start or `--resume`, the step loop, `due()`, checkpoints, summary, plots (no torch)",
         ("run-logging",),
     ),
-    "moe-models": Rule("The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, char tokenizer"),
+    "ray-session": Rule(
+        "The Ray session (start or attach, placement groups, actor options) and weight transport between processes"
+    ),
+    "moe-models": Rule(
+        "The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, char tokenizer, the precision "
+        "probe"
+    ),
     "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
     "native-engine": Rule(
         "The embedded continuous-batching inference engine: abort, pause, live weight updates, teacher scoring",
@@ -89,7 +95,7 @@ RULE: dict[str, Rule] = {
         },
     ),
     "recipes": Rule(
-        "What the apps share: config sections, rollout and scoring, policy trainer, weight sync, Ray session, teachers",
+        "What the apps share: config sections, rollout and scoring, policy trainer, validation, teachers, vLLM/SGLang",
         (
             "engine-adapters",
             "moe-models",
@@ -98,6 +104,7 @@ RULE: dict[str, Rule] = {
             "rollout-core",
             "run-config",
             "run-logging",
+            "ray-session",
             "trainers",
         ),
         unused={"routing-state": "declared but never imported (routing rows come through rollout-core and trainers)"},
@@ -105,13 +112,12 @@ RULE: dict[str, Rule] = {
     "rl-pipeline": Rule(
         "The async machinery on Ray: prompt broker and ledger, staleness bound, rollouter fleet, trainer, validator "
         "and teacher actors, step transport",
-        ("moe-models", "native-engine", "recipes", "rollout-core", "run-logging", "trainers"),
+        ("moe-models", "native-engine", "ray-session", "recipes", "rollout-core", "run-logging", "trainers"),
     ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
-        ("recipes", "rollout-core", "run-logging", "run-loop", "trainers"),
+        ("moe-models", "ray-session", "recipes", "rollout-core", "run-logging", "run-loop", "trainers"),
         unused={
-            "moe-models": VIA_RECIPES,
             "native-engine": VIA_RECIPES,
             "rl-tasks": VIA_RECIPES,
             "routing-state": VIA_RECIPES,
@@ -121,7 +127,7 @@ RULE: dict[str, Rule] = {
     ),
     "async-ppo": Rule(
         "Asynchronous PPO/GRPO on Ray: its config, the actors' specs and the driver's loop over `rl-pipeline`",
-        ("recipes", "rl-pipeline", "rollout-core", "run-logging", "run-loop", "trainers"),
+        ("ray-session", "recipes", "rl-pipeline", "rollout-core", "run-logging", "run-loop", "trainers"),
         unused={
             "engine-adapters": VIA_RECIPES,
             "rl-tasks": VIA_RECIPES,
@@ -131,7 +137,7 @@ RULE: dict[str, Rule] = {
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models, on the same Ray session and run directory",
-        ("flow-models", "recipes", "rl-pipeline", "run-logging", "run-loop", "trainers"),
+        ("flow-models", "ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop", "trainers"),
         unused={"run-config": VIA_RECIPES},
     ),
 }

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ray_session.config import RayConfig
 from recipes.config import RecipeConfig
-from recipes.ray_config import RayConfig
 from rl_pipeline.config import FaultConfig, PipelineConfig
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
+from ray_session.session import RaySession
 from recipes.cli import exit_on_sigterm
-from recipes.ray_session import RaySession
 from recipes.setup import RunSetup, prepare_run
 from recipes.teacher import TeacherRoster, check_roster, ensure_roster
 from rl_pipeline.broker import Broker

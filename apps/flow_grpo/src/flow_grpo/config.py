@@ -2,7 +2,7 @@
 `--help` is instant). Each component owns its section and consumes it as it is: the velocity model
 (`flow_models.velocity_config`), its warm-up (`flow_models.warmup_config`), the sampler
 (`flow_models.sampler_config`), the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`),
-the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`recipes.ray_config`).
+the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`ray_session.config`).
 
 Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
 the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
@@ -18,8 +18,8 @@ from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup_config import FlowWarmupConfig
+from ray_session.config import RayConfig
 from recipes.config import RunConfig
-from recipes.ray_config import RayConfig
 from trainers.backend.config import OptimConfig
 from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
 

@@ -19,7 +19,7 @@ from flow_models.rewards import RewardFn
 from flow_models.sampler import sample
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
-from recipes.weight_sync import WeightHandle, WeightSync
+from ray_session.weight_sync import WeightHandle, WeightSync
 
 from flow_grpo.batch import RolloutBatch
 from flow_grpo.rewards import RewardSpec

@@ -35,7 +35,7 @@ class FlowSetup:
     classifier: DigitClassifier
     classifier_val_acc: float
     model_cfg: VelocityConfig
-    session: object | None  # recipes.ray_session.RaySession when pipeline.ray
+    session: object | None  # ray_session.session.RaySession when pipeline.ray
 
     def close(self) -> None:
         try:
@@ -67,8 +67,8 @@ def fit_digits(model: VelocityConfig) -> VelocityConfig:
 def _rollouts(cfg: FlowConfig, spec: RollouterSpec) -> tuple[Rollouts, object | None]:
     if not cfg.pipeline.ray:
         return LocalRollouts(spec), None
+    from ray_session.session import RaySession
     from recipes.cli import exit_on_sigterm
-    from recipes.ray_session import RaySession
 
     session = RaySession.open(cfg.ray, app="flow_grpo")
     exit_on_sigterm()  # ray.init installs its own SIGTERM handler

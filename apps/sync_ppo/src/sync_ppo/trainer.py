@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from moe_models.precision_probe import probe, write_probe
+from ray_session.weight_sync import LocalWeightSync
 from recipes.engine_config import EngineSite
 from recipes.policy_trainer import PolicyTrainer
-from recipes.precision_probe import probe, write_probe
 from recipes.requests import GroupSpec, step_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import SampleStatus, ScoredSample
@@ -28,7 +29,6 @@ from recipes.teacher_set import TeacherSet
 from recipes.teacher_stream import TeacherStream, attach_teacher, build_teachers
 from recipes.tensorboard_log import TensorBoardLog
 from recipes.validation import validate
-from recipes.weight_sync import LocalWeightSync
 from rollout_core import NOT_SAMPLED, RolloutEngine
 from run_loop import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
@@ -103,7 +103,7 @@ class SyncPPO:
 
     def probe_precision(self, step: int, scored: list[ScoredSample]) -> None:
         """`--debug.precision_steps`: the engine's and the trainer's forward of the step's first responses, op by op
-        (`debug/precision/step_<s>.jsonl`; `python -m recipes.precision_report` reads it)."""
+        (`debug/precision/step_<s>.jsonl`; `python -m moe_models.precision_report` reads it)."""
         import torch
 
         d = self.cfg.debug

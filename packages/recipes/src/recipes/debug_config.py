@@ -2,7 +2,7 @@
 
 `--debug.precision_steps 1,20` compares, at those steps, the engine's and the trainer's forward on the first
 `precision_samples` responses of the step, op by op and layer by layer, and writes `debug/precision/step_<s>.jsonl`
-to the run directory; `uv run python -m recipes.precision_report <run dir>` prints where they first diverge.
+to the run directory; `uv run python -m moe_models.precision_report <run dir>` prints where they first diverge.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from ray_session.weight_sync import WeightHandle, WeightSync
 from run_logging import RunDir
 from trainers import TrainLoopConfig, required_multiple
 from trainers.dumps import write_dump
@@ -21,7 +22,6 @@ from recipes.quality import rollout_metrics
 from recipes.samples import ScoredSample
 from recipes.step_batch import StepBatch, build_step_batch
 from recipes.teacher_stream import teacher_metrics
-from recipes.weight_sync import WeightHandle, WeightSync
 
 
 class PolicyTrainer:

@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from recipes.ray_node import NodeAware
+from ray_session.node import NodeAware
 
 from rl_pipeline.group import Group
 from rl_pipeline.ledger import LedgerCounters, LedgerState, PromptLedger, PromptTicket, TicketStatus

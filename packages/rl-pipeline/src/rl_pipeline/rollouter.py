@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 from moe_models import load_tokenizer
+from ray_session.node import NodeAware
+from ray_session.weight_sync import RayWeightSync, WeightHandle
 from recipes.config import RolloutConfig, TaskConfig
 from recipes.engine_config import EngineSite
-from recipes.ray_node import NodeAware
 from recipes.requests import GroupSpec, group_requests
 from recipes.rollout import generate_all, score_all
 from recipes.samples import SampleStatus, ScoredSample
 from recipes.teacher import DEFAULT_TEACHER
 from recipes.teacher_stream import attach_teacher
-from recipes.weight_sync import RayWeightSync, WeightHandle
 from rollout_core import PauseMode, RolloutEngine
 
 from rl_pipeline.group import FinishedGroup

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from ray_session.node import NodeAware
+from ray_session.weight_sync import RayWeightSync, WeightHandle
 from recipes.config import RecipeConfig
 from recipes.policy_trainer import PolicyTrainer
-from recipes.ray_node import NodeAware
-from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
 from trainers import StaleBound
 from trainers.backend import BackendState

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any, Generic, Protocol, TypeVar
 
-from recipes.weight_sync import LocalWeightSync, RayWeightSync, WeightHandle, WeightSync
+from ray_session.weight_sync import LocalWeightSync, RayWeightSync, WeightHandle, WeightSync
 
 B = TypeVar("B")
 B_co = TypeVar("B_co", covariant=True)

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from moe_models import load_tokenizer
 from native_engine import EngineConfig, NativeEngine
+from ray_session.node import NodeAware
+from ray_session.weight_sync import RayWeightSync, WeightHandle
 from recipes.config import TaskConfig, ValidationConfig
-from recipes.ray_node import NodeAware
 from recipes.validation import validate
-from recipes.weight_sync import RayWeightSync, WeightHandle
 from run_logging import RunDir
 from trainers.dumps import write_dump
 

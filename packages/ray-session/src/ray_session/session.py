@@ -40,7 +40,7 @@ from ray._raylet import Config as RayCppConfig
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from recipes.ray_config import RayConfig
+from ray_session.config import RayConfig
 
 TRAINER_BUNDLE = 0
 STARTUP_WAIT_ENV = ("RAY_gcs_server_port_wait_time_s", "RAY_raylet_start_wait_time_s")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipes.weight_sync import LocalWeightSync, RayWeightSync, WeightBucket, pack, unpack
+from ray_session.weight_sync import LocalWeightSync, RayWeightSync, WeightBucket, pack, unpack
 
 
 def _weights(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM
-from recipes.precision_probe import probe, read_probe, write_probe
-from recipes.precision_report import first_divergence, report
+from moe_models.precision_probe import probe, read_probe, write_probe
+from moe_models.precision_report import first_divergence, report
 
 SEQS = [[1, 5, 9, 2, 7, 3, 3, 8], [1, 4, 4, 6]]
 

@@ -1,4 +1,4 @@
-"""`uv run python -m recipes.precision_report RUN_DIR [--step S] [--tolerance T]`: where the engine's and the
+"""`uv run python -m moe_models.precision_report RUN_DIR [--step S] [--tolerance T]`: where the engine's and the
 trainer's forward first diverge, and a per-layer table, from the precision probe's records
 (`RUN_DIR/debug/precision/step_<s>.jsonl`, written by `--debug.precision_steps`).
 
@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from recipes.precision_probe import FOLDER, OpDiff, read_probe
+from moe_models.precision_probe import FOLDER, OpDiff, read_probe
 
 ORDER = ("embed", "attn_out", "router_logits", "topk", "mlp_out", "hidden", "logits")
 
@@ -75,7 +75,7 @@ def report(run_dir: Path, step: int | None, tolerance: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m recipes.precision_report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m moe_models.precision_report", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--step", type=int, default=None, help="the probed step (default: the latest)")
     p.add_argument("--tolerance", type=float, default=1e-2, help="relative difference that counts as diverged")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import ray
-from recipes.ray_config import RayConfig
-from recipes.ray_session import RaySession
+from ray_session.config import RayConfig
+from ray_session.session import RaySession
 
 pytestmark = pytest.mark.slow
 
@@ -137,8 +137,8 @@ def test_a_local_ray_listens_on_loopback_only_on_every_port_of_every_process(ses
 
 ATTACH = """
 import json, sys
-from recipes.ray_config import RayConfig
-from recipes.ray_session import RaySession
+from ray_session.config import RayConfig
+from ray_session.session import RaySession
 s = RaySession.open(RayConfig(address=sys.argv[1], trainer_cpus=0.25, rollouter_cpus=0.25))
 print(json.dumps({"local": s.local is not None, "started_here": s.started_here}))
 s.close()

@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from moe_models import MoEForCausalLM
+
 from moe_models.forward_trace import TracePoint, trace_forward
+from moe_models.model import MoEForCausalLM
 
 FOLDER = Path("debug") / "precision"
 
