@@ -25,6 +25,7 @@ from recipes.setup import RunSetup, prepare_run
 from recipes.teacher import TeacherRoster, check_roster, ensure_roster
 from rl_pipeline.actors import Actors, TrainCall
 from rl_pipeline.staged_checkpoint import StagedCheckpoint
+from rl_pipeline.step_clock import StepClock
 from rl_pipeline.step_rows import StepRows
 from rl_pipeline.teacher_pool import pool_cpus
 from rl_pipeline.validations import PendingValidations
@@ -42,7 +43,7 @@ class Pipeline:
         self.actors: Actors | None = None
         self.staged: StagedCheckpoint | None = None
         self.call: TrainCall | None = None  # the next step's queued take and update
-        self.last_step_end = time.perf_counter()
+        self.clock = StepClock()
 
     async def start(self, loaded: Checkpoint | None) -> None:
         """`run_loop.RunApp.start`: starts every actor (from the checkpoint when resuming), then queues the first
@@ -61,7 +62,7 @@ class Pipeline:
         if not loaded:
             self.validations.start(0, None)
         self.call = a.submit(done + 1) if done < cfg.run.steps else None
-        self.last_step_end = time.perf_counter()
+        self.clock.restart()
 
     @property
     def running(self) -> Actors:
@@ -98,12 +99,7 @@ class Pipeline:
         if validate:
             self.validations.start(step, weights)
         metrics |= await a.metrics()
-        now = time.perf_counter()
-        metrics["timing/sync_s"] = now - t1
-        metrics["timing/step_s"] = now - self.last_step_end  # wall time per step, start-up excluded after step 1
-        self.last_step_end = now
-        metrics["perf/samples_per_s"] = metrics["rollout/num_samples"] / metrics["timing/step_s"]
-        metrics["perf/rollout_tokens_per_s"] = metrics["rollout/generated_tokens"] / metrics["timing/step_s"]
+        self.clock.end_step(metrics, t1)
         return metrics, after
 
     async def save(self, step: int, folder: Path) -> int:
