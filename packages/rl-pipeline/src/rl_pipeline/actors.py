@@ -66,6 +66,50 @@ def _start_teachers(
     )
 
 
+def _start_roles(
+    setup: RunSetup,
+    session: RaySession,
+    pipeline: PipelineConfig,
+    ray_cfg: RayConfig,
+    checkpoint: Path | None,
+    version: int,
+) -> tuple[Any, Any, Any]:
+    """The trainer, the broker and the validator (actor handles; Ray starts them in the background)."""
+    cfg, p = setup.cfg, setup.cfg.rollout
+    resume_from = str(trainer_state_dir(checkpoint)) if checkpoint else None
+    trainer = (
+        ray.remote(TrainerActor).options(**session.trainer_options()).remote(trainer_spec(setup, pipeline), resume_from)
+    )
+    broker = (
+        ray.remote(Broker)
+        .options(**RaySession.light_options())
+        .remote(
+            p.prompts_per_step,
+            pipeline.max_staleness,
+            (1 + pipeline.max_staleness) * p.prompts_per_step,
+            version,
+            read_ledger(checkpoint) if checkpoint else None,
+            rerun_stale=pipeline.staleness_policy == "rerun",
+        )
+    )
+    validator = (
+        ray.remote(Validator)
+        .options(**session.validator_options())
+        .remote(
+            setup.checkpoint_dir,
+            cfg.task,
+            cfg.validation,
+            str(setup.run.root),
+            max_len=setup.max_len,
+            max_new_tokens=setup.max_new_tokens,
+            seed=cfg.run.seed,
+            reward_timeout_s=p.reward_timeout_s,
+            niceness=ray_cfg.helper_niceness,
+        )
+    )
+    return trainer, broker, validator
+
+
 @dataclass
 class Actors:
     trainer: Any
@@ -91,40 +135,7 @@ class Actors:
         """Starts every actor (from `checkpoint`'s trainer state and ledger when resuming, at weight `version`) and
         records their placement. `roster`: the teachers of distillation (None without). Ends those it started
         when one fails to start."""
-        cfg, p = setup.cfg, setup.cfg.rollout
-        resume_from = str(trainer_state_dir(checkpoint)) if checkpoint else None
-        trainer = (
-            ray.remote(TrainerActor)
-            .options(**session.trainer_options())
-            .remote(trainer_spec(setup, pipeline), resume_from)
-        )
-        broker = (
-            ray.remote(Broker)
-            .options(**RaySession.light_options())
-            .remote(
-                p.prompts_per_step,
-                pipeline.max_staleness,
-                (1 + pipeline.max_staleness) * p.prompts_per_step,
-                version,
-                read_ledger(checkpoint) if checkpoint else None,
-                rerun_stale=pipeline.staleness_policy == "rerun",
-            )
-        )
-        validator = (
-            ray.remote(Validator)
-            .options(**session.validator_options())
-            .remote(
-                setup.checkpoint_dir,
-                cfg.task,
-                cfg.validation,
-                str(setup.run.root),
-                max_len=setup.max_len,
-                max_new_tokens=setup.max_new_tokens,
-                seed=cfg.run.seed,
-                reward_timeout_s=p.reward_timeout_s,
-                niceness=ray_cfg.helper_niceness,
-            )
-        )
+        trainer, broker, validator = _start_roles(setup, session, pipeline, ray_cfg, checkpoint, version)
         try:
             teachers = _start_teachers(setup, roster, ray_cfg, faults)
         except BaseException:
@@ -139,7 +150,8 @@ class Actors:
             call_timeout_s=ray_cfg.call_timeout_s,
             teachers=None if teachers is None else teachers.replicas(),
         )
-        actors = cls(trainer, broker, validator, fleet, teachers, p.prompts_per_step, ray_cfg.call_timeout_s)
+        p = setup.cfg.rollout.prompts_per_step
+        actors = cls(trainer, broker, validator, fleet, teachers, p, ray_cfg.call_timeout_s)
         try:
             weights = trainer.publish.remote() if checkpoint else None
             roles = [a.node_id.remote() for a in (trainer, broker, validator)]
