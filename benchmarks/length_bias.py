@@ -42,8 +42,7 @@ class Lengths:
 
 
 def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
-    from async_ppo.report import trained_lengths
-    from rl_pipeline.lengths import read_excluded
+    from rl_pipeline.lengths import read_excluded, trained_lengths
     from run_logging import RunDir, read_metrics
 
     run = RunDir(run_dir)

@@ -6,10 +6,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
+
+if TYPE_CHECKING:
+    from rl_pipeline.rollouter import RollouterSpec
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "async_ppo"
 
@@ -46,11 +50,14 @@ def test_bad_settings_are_rejected_with_got_and_expected(tmp_path: Path, flags: 
 def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    from async_ppo.setup import rollouter_specs
     from recipes.setup import prepare_run
+    from rl_pipeline.specs import rollouter_specs
+
+    def specs_of(cfg: AsyncConfig) -> list[RollouterSpec]:
+        return rollouter_specs(prepare_run(cfg), cfg.pipeline, cfg.ray, cfg.faults)
 
     flags = ("--rollout.engine.compile_decode", "true", "--ray.num_rollouters", "2")
-    specs = rollouter_specs(prepare_run(tiny_config(tmp_path / "run", *flags)))
+    specs = specs_of(tiny_config(tmp_path / "run", *flags))
     assert [s.rollout.engine.compile_decode for s in specs] == [True, True]
     assert [s.site.index for s in specs] == [0, 1]
-    assert not rollouter_specs(prepare_run(tiny_config(tmp_path / "default")))[0].rollout.engine.compile_decode
+    assert not specs_of(tiny_config(tmp_path / "default"))[0].rollout.engine.compile_decode

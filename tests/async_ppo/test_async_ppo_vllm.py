@@ -27,11 +27,11 @@ import pytest
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from async_ppo.setup import rollouter_specs
 from engine_adapters.vllm import default_python
 from moe_models import load_pretrained
 from recipes.engines.vllm import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
 from recipes.setup import prepare_run
+from rl_pipeline.specs import rollouter_specs
 from rl_tasks.greedy_eval import encode_prompt
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus, generate_with_resume
 from run_logging import read_metrics
@@ -202,7 +202,7 @@ def test_vllm_rollout_engine_push_with_abort_resumes_responses_with_versions_and
     cfg = _config(tmp_path / "run", warmup_cache, "abort")
     shutil.rmtree(cfg.ray.temp_dir)  # no Ray here
     setup = prepare_run(cfg)
-    spec = rollouter_specs(setup)[0]
+    spec = rollouter_specs(setup, cfg.pipeline, cfg.ray, cfg.faults)[0]
     site = replace(spec.site, max_len=ENGINE_MAX_LEN)
     examples = setup.task.splits.train[:ENGINE_PROMPTS]
     prompts = [encode_prompt(setup.tokenizer, ex.prompt) for ex in examples]

@@ -126,8 +126,8 @@ RULE: dict[str, Rule] = {
         },
     ),
     "async-ppo": Rule(
-        "Asynchronous PPO/GRPO on Ray: its config, the actors' specs and the driver's loop over `rl-pipeline`",
-        ("ray-session", "recipes", "rl-pipeline", "rollout-core", "run-logging", "run-loop", "trainers"),
+        "Asynchronous PPO/GRPO on Ray: its config, its report and the driver's loop over `rl-pipeline`",
+        ("ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop"),
         unused={
             "engine-adapters": VIA_RECIPES,
             "rl-tasks": VIA_RECIPES,

@@ -1,15 +1,13 @@
-"""What an async_ppo run reports: its progress bar, `plots/training.png`, the staleness and length histograms, and
-the summary's throughput, staleness and mismatch means."""
+"""What an async_ppo run reports: its progress bar, `plots/training.png`, the staleness and length histograms
+(`rl_pipeline.histograms`), and the summary's throughput, staleness and mismatch means."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_pipeline.lengths import read_excluded
-from rollout_core import TrajectoryStatus
-from run_logging import Panel, RunDir, plot_histogram, plot_histograms
+from rl_pipeline.histograms import save_histograms
+from run_logging import Panel
 from run_loop import Rows, RunReport, mean_of
-from trainers.dumps import read_dump
 
 
 @dataclass(frozen=True)
@@ -40,37 +38,6 @@ class AsyncDetails:
             f"not: fresh tokens {f(self.mismatch_replay, '.2e')} vs {f(self.mismatch_no_replay, '.2e')}, stale tokens "
             f"under their own version {f(self.behaviour_replay, '.2e')} vs {f(self.behaviour_no_replay, '.2e')}"
         )
-
-
-def trained_staleness(run: RunDir) -> list[int]:
-    """Per trained response (status ok) in the rollout dumps: step - 1 - its oldest token's version."""
-    out = []
-    for path in sorted((run.root / "rollouts").glob("*.jsonl")):
-        for rec in read_dump(path):
-            if rec.status is TrajectoryStatus.OK and rec.min_version is not None:
-                out.append(rec.step - 1 - rec.min_version)
-    return out
-
-
-def trained_lengths(run: RunDir) -> list[int]:
-    """Response tokens of every response the trainer received (the rollout dumps, every status)."""
-    return [
-        len(rec.response_ids) for path in sorted((run.root / "rollouts").glob("*.jsonl")) for rec in read_dump(path)
-    ]
-
-
-def save_histograms(run: RunDir) -> None:
-    """`plots/staleness.png` (trained responses) and `plots/lengths.png` (generated vs trained vs excluded)."""
-    values = trained_staleness(run)
-    if values:
-        title, xlabel = "staleness of trained responses", "policy version - oldest token's version"
-        plot_histogram(values, run.plots / "staleness.png", title=title, xlabel=xlabel)
-    trained = trained_lengths(run)
-    excluded = [n for g in read_excluded(run) for n in g.response_lengths]
-    if trained or excluded:
-        series = {"generated": trained + excluded, "trained": trained, "excluded as too stale": excluded}
-        title = "response lengths: generated vs trained vs excluded"
-        plot_histograms(series, run.plots / "lengths.png", title=title, xlabel="response tokens")
 
 
 REPORT = RunReport(

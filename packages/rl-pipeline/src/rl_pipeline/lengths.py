@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from run_logging import RunDir
+from trainers.dumps import read_dump
 
 from rl_pipeline.group import ExcludedGroup, FinishedGroup
 
@@ -45,6 +46,13 @@ def read_excluded(run: RunDir) -> list[ExcludedGroup]:
         for g in json.loads(path.read_text())["groups"]:
             out.append(ExcludedGroup(int(g["index"]), g["min_version"], tuple(int(n) for n in g["response_lengths"])))
     return out
+
+
+def trained_lengths(run: RunDir) -> list[int]:
+    """Response tokens of every response the trainer received (the rollout dumps, every status)."""
+    return [
+        len(rec.response_ids) for path in sorted((run.root / "rollouts").glob("*.jsonl")) for rec in read_dump(path)
+    ]
 
 
 def length_metrics(groups: Sequence[FinishedGroup], excluded: Sequence[ExcludedGroup]) -> dict[str, float]:

@@ -127,7 +127,7 @@ class Rollouter(NodeAware):
         step, position = ticket.slot(self.spec.group.prompts_per_step)
         requests = group_requests(self.task.splits.train, self.spec.group, step, position)
         trajectories = await generate_all(
-            self._engine().engine,
+            self._engine(),
             self.tokenizer,
             requests,
             tool=self.task.tool,
