@@ -112,7 +112,7 @@ RULE: dict[str, Rule] = {
     ),
     "flow-rl": Rule(
         "FlowGRPO's machinery: its loss, backend and step, the step rollouter, rewards, batches in flight, validation",
-        ("flow-models", "ray-session", "rl-pipeline", "run-logging", "trainers"),
+        ("flow-models", "ray-session", "recipes", "rl-pipeline", "run-logging", "trainers"),
     ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",

@@ -1,6 +1,6 @@
 """FlowSetup: what a run prepares before it trains: its directory (claimed, locked), the cached base model and
-reward classifier (`flow_rl.base`), the backend, the rewards, and where the rollouter runs (this process or a Ray
-actor)."""
+reward classifier (`flow_rl.base`), the backend, the rewards, and the rollouter with its batches in flight
+(`flow_rl.inflight`: in this process or on a Ray actor)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 from flow_models.rewards import RewardFn
 from flow_rl.backend import FlowBackend
 from flow_rl.base import FlowBase
-from flow_rl.batch import RolloutBatch
+from flow_rl.inflight import InFlight
 from flow_rl.rollouter import RollouterSpec
 from recipes.setup import claim_run_dir
-from rl_pipeline.transport import LocalRollouts, RayRollouts, Rollouts
 from run_logging import MetricsLog, RunDir, RunLock
 
 from flow_grpo.cli import DEFAULT_RUNS_ROOT
@@ -28,32 +27,14 @@ class FlowSetup:
     log: MetricsLog
     base: FlowBase
     backend: FlowBackend
-    rollouts: Rollouts[RolloutBatch]
+    inflight: InFlight
     reward: RewardFn
-    session: object | None  # ray_session.session.RaySession when pipeline.ray
 
     def close(self) -> None:
         try:
-            self.rollouts.close()
+            self.inflight.close()
         finally:
-            if self.session is not None:
-                self.session.close()  # type: ignore[attr-defined]
             self.lock.release()
-
-
-def _rollouts(cfg: FlowConfig, spec: RollouterSpec) -> tuple[Rollouts[RolloutBatch], object | None]:
-    if not cfg.pipeline.ray:
-        return LocalRollouts(spec), None
-    from ray_session.session import RaySession
-    from recipes.cli import exit_on_sigterm
-
-    session = RaySession.open(cfg.ray, app="flow_grpo")
-    exit_on_sigterm()  # ray.init installs its own SIGTERM handler
-    try:
-        return RayRollouts(spec, session.rollouter_options(0), cfg.ray.call_timeout_s), session
-    except BaseException:
-        session.close()
-        raise
 
 
 def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
@@ -76,8 +57,8 @@ def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
             cfg.run.seed,
             threads,
         )
-        rollouts, session = _rollouts(cfg, spec)
+        inflight = InFlight.open(spec, cfg.run.steps, cfg.ray if cfg.pipeline.ray else None)
     except BaseException:
         lock.release()
         raise
-    return FlowSetup(cfg, run, lock, MetricsLog(run.metrics), base, backend, rollouts, base.reward.build(), session)
+    return FlowSetup(cfg, run, lock, MetricsLog(run.metrics), base, backend, inflight, base.reward.build())

@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_rl.inflight import InFlight
 from flow_rl.pictures import save_samples
 from flow_rl.step import flow_train_step
 from flow_rl.validation import validate
@@ -35,7 +34,6 @@ from flow_grpo.setup import FlowSetup, prepare
 @dataclass
 class FlowGRPO:
     s: FlowSetup
-    inflight: InFlight
 
     @property
     def cfg(self) -> FlowConfig:
@@ -58,24 +56,19 @@ class FlowGRPO:
             s.log.log(0, self.validate(0) | {"reward_model/val_acc": s.base.classifier_val_acc})
         else:
             s.backend.load_state_dict(BackendState.load(checkpoint.path))
-            self.inflight.restore(checkpoint.path)
-        self.inflight.push_weights(*s.backend.export_weights())
+            s.inflight.restore(checkpoint.path)
+        s.inflight.push_weights(*s.backend.export_weights())
         done = 0 if checkpoint is None else checkpoint.progress.step
         for step in range(done + 1, done + k + 2):
-            self.inflight.submit(step)
+            s.inflight.submit(step)
 
     async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
-        metrics = self.run_step(step)
-        self.s.log.log(step, metrics)
-        return metrics
-
-    def run_step(self, step: int) -> dict[str, float]:
-        cfg, t0 = self.cfg, time.perf_counter()
-        batch, wait = self.inflight.take(step)
+        s, cfg, t0 = self.s, self.cfg, time.perf_counter()
+        batch, wait = s.inflight.take(step)
         lag = checked_lag(step - 1, batch.version, cfg.pipeline.max_staleness)
         t1 = time.perf_counter()
         result = flow_train_step(
-            self.s.backend,
+            s.backend,
             cfg.algorithm,
             cfg.train,
             batch.rollout(),
@@ -85,8 +78,8 @@ class FlowGRPO:
             seed=cfg.run.seed,
         )
         t2 = time.perf_counter()
-        self.inflight.push_weights(*self.s.backend.export_weights())
-        self.inflight.submit(step + cfg.pipeline.max_staleness + 1)
+        s.inflight.push_weights(*s.backend.export_weights())
+        s.inflight.submit(step + cfg.pipeline.max_staleness + 1)
         t3 = time.perf_counter()
         metrics = result.metrics | batch.metrics(lag)
         if due(step, cfg.validation.every_steps, cfg.run.steps):
@@ -100,11 +93,12 @@ class FlowGRPO:
         }
         metrics["timing/step_s"] = time.perf_counter() - t0
         metrics["perf/images_per_s"] = len(batch.rewards) / metrics["timing/step_s"]
+        s.log.log(step, metrics)
         return metrics
 
     async def save(self, step: int, folder: Path) -> int:
         """The batches in flight are saved with the weights, so none is lost or re-sampled."""
-        self.inflight.save(folder)
+        self.s.inflight.save(folder)
         self.s.backend.state_dict().save(folder)
         return self.s.backend.version
 
@@ -117,8 +111,7 @@ async def run_loop(cfg: FlowConfig, resume: bool) -> RunSummary[FlowDetails]:
 
     torch.set_num_threads(cfg.run.torch_threads)
     s = prepare(cfg, resume=resume)
-    app = FlowGRPO(s, InFlight(s.rollouts, cfg.run.steps))
-    return await drive(app, s.run, s.log, cfg.run, report(cfg.validation.grid_per_class), resume=resume)
+    return await drive(FlowGRPO(s), s.run, s.log, cfg.run, report(cfg.validation.grid_per_class), resume=resume)
 
 
 def train(cfg: FlowConfig, *, resume: bool = False) -> RunSummary[FlowDetails]:

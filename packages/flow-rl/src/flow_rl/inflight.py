@@ -1,6 +1,7 @@
-"""InFlight: the batches between the rollouter and the trainer, by step: submitted (being sampled) or ready (taken
-early or restored from a checkpoint, not trained yet). A checkpoint holds every one of them
-(`pending/<step>.npz`), so a resumed run trains them as they were sampled: none is lost or sampled again.
+"""InFlight: the rollouter, in this process or on a Ray actor (`rl_pipeline.transport`), and the batches between it
+and the trainer, by step: submitted (being sampled) or ready (taken early or restored from a checkpoint, not trained
+yet). A checkpoint holds every one of them (`pending/<step>.npz`), so a resumed run trains them as they were
+sampled: none is lost or sampled again.
 
 Step s is submitted once, and only for s <= `last_step`; a step that is ready is never submitted again.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rl_pipeline.transport import Rollouts
+from ray_session.config import RayConfig
+from rl_pipeline.transport import LocalRollouts, RayRollouts, Rollouts
 
 from flow_rl.batch import RolloutBatch
+from flow_rl.rollouter import RollouterSpec
 
 PENDING = "pending"  # checkpoints/<step>/pending/<s>.npz: batches submitted but not trained at the checkpoint
 
@@ -21,8 +24,32 @@ PENDING = "pending"  # checkpoints/<step>/pending/<s>.npz: batches submitted but
 class InFlight:
     rollouts: Rollouts[RolloutBatch]
     last_step: int  # the run's last step: nothing beyond it is sampled
+    session: object | None = None  # ray_session.session.RaySession when the rollouter is a Ray actor
     ready: dict[int, RolloutBatch] = field(default_factory=dict)
     submitted: set[int] = field(default_factory=set)
+
+    @classmethod
+    def open(cls, spec: RollouterSpec, last_step: int, ray: RayConfig | None) -> InFlight:
+        """A rollouter built from `spec` in this process (`ray` None) or on one actor of a Ray session it opens."""
+        if ray is None:
+            return cls(LocalRollouts(spec), last_step)
+        from ray_session.session import RaySession
+        from recipes.cli import exit_on_sigterm
+
+        session = RaySession.open(ray, app="flow_grpo")
+        exit_on_sigterm()  # ray.init installs its own SIGTERM handler
+        try:
+            return cls(RayRollouts(spec, session.rollouter_options(0), ray.call_timeout_s), last_step, session)
+        except BaseException:
+            session.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.rollouts.close()
+        finally:
+            if self.session is not None:
+                self.session.close()  # type: ignore[attr-defined]
 
     def push_weights(self, weights: dict[str, object], version: int) -> None:
         self.rollouts.push(self.rollouts.publish(weights, version))
