@@ -1,8 +1,9 @@
 """FlowConfig: every knob of a FlowGRPO run, as typed sections (standard library and config modules only, so
 `--help` is instant). Each component owns its section and consumes it as it is: the velocity model
 (`flow_models.velocity_config`), its warm-up (`flow_models.warmup_config`), the sampler
-(`flow_models.sampler_config`), the algorithm (`trainers.flow.config`), the training loop (`trainers.flow.step`),
-the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray (`ray_session.config`).
+(`flow_models.sampler_config`), the algorithm and the training loop (`flow_rl.config`), the validation
+(`flow_rl.validation_config`), the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray
+(`ray_session.config`).
 
 Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
 the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
@@ -18,10 +19,11 @@ from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup_config import FlowWarmupConfig
+from flow_rl.config import FlowGRPOConfig, FlowTrainConfig
+from flow_rl.validation_config import FlowValidationConfig
 from ray_session.config import RayConfig
 from recipes.config import RunConfig
 from trainers.backend.config import OptimConfig
-from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
 
 
 def _help(text: str, default: object) -> object:
@@ -48,28 +50,6 @@ class FlowRolloutConfig:
             raise ValueError(
                 f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got "
                 f"{self.prompts_per_step}, {self.samples_per_prompt}"
-            )
-
-
-@dataclass
-class FlowValidationConfig:
-    every_steps: int = _help("validate every k steps (and before the first and after the last step)", 25)
-    samples_per_class: int = _help("validation images per class (fixed seeds)", 20)
-    num_steps: int = _help("denoising steps of the deterministic (ODE) validation sampler", 20)
-    seed: int = _help("seed of the validation noise (the same images every validation)", 1234)
-    grid_per_class: int = _help("images per class in plots/samples_<step>.png (the first seeds)", 8)
-
-    def __post_init__(self) -> None:
-        if self.every_steps < 1 or self.samples_per_class < 1 or self.num_steps < 1 or self.grid_per_class < 0:
-            raise ValueError(
-                "validation: expected every_steps, samples_per_class, num_steps >= 1 and grid_per_class "
-                f">= 0; got {self.every_steps}, {self.samples_per_class}, {self.num_steps}, "
-                f"{self.grid_per_class}"
-            )
-        if self.grid_per_class > self.samples_per_class:
-            raise ValueError(
-                f"validation.grid_per_class: expected <= samples_per_class {self.samples_per_class}, "
-                f"got {self.grid_per_class}"
             )
 
 

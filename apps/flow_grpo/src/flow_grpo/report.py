@@ -1,17 +1,13 @@
 """What a FlowGRPO run reports: its progress bar, `plots/training.png` (reward curves), `plots/before_after.png`
-and the summary's classification accuracy."""
+(`flow_rl.pictures`) and the summary's classification accuracy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from flow_models.digits import NUM_CLASSES
-from run_logging import Panel, RunDir, read_metrics
+from flow_rl.pictures import save_before_after_plot
+from run_logging import Panel
 from run_loop import Rows, RunReport, last_of
-
-from flow_grpo.pictures import save_before_after
-from flow_grpo.validation import ValidationResult
 
 PANELS = (
     Panel("reward (train batch mean, validation ODE sampler)", ("reward/mean", "val/reward/mean")),
@@ -31,26 +27,6 @@ class FlowDetails:
 
     def line(self) -> str:
         return f"classified as requested {'n/a' if self.final_class_acc is None else f'{self.final_class_acc:.3f}'}"
-
-
-def save_before_after_plot(run: RunDir, per_class: int) -> Path | None:
-    """`plots/before_after.png` when step 0 and a later step were validated (and grids are on)."""
-    folder = run.root / "validation"
-    steps = sorted(int(p.stem.removeprefix("images_")) for p in folder.glob("images_*.npz"))
-    if per_class == 0 or len(steps) < 2 or steps[0] != 0:
-        return None
-    by_step = {int(r["step"]): r for r in read_metrics(run.metrics)}  # type: ignore[call-overload]
-    (_, before), (_, after) = ValidationResult.load_images(folder, 0), ValidationResult.load_images(folder, steps[-1])
-    n = len(before) // NUM_CLASSES
-    pick = [c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]
-
-    def title(step: int) -> str:
-        value = by_step.get(step, {}).get("val/reward/mean")
-        return f"step {step}" + ("" if value is None else f": val reward {float(value):.3f}")  # type: ignore[arg-type]
-
-    return save_before_after(
-        before[pick], after[pick], per_class, (title(0), title(steps[-1])), run.plots / "before_after.png"
-    )
 
 
 def report(grid_per_class: int) -> RunReport[FlowDetails]:

@@ -4,7 +4,8 @@
     -> flow_train_step (advantages, clipped per-step loss, optimiser steps) -> weights s
     -> push weights s to the rollouter, submit batch s + k + 1 (so it is sampled by weights >= s)
     -> validate every k steps (ODE sampler, fixed seeds; image grid) -> metrics line -> checkpoint every k steps
-       (the weights and every batch in flight; the loop, start and resume are `run_loop.drive`'s)
+       (the weights and every batch in flight, `flow_rl.inflight`; the loop, start and resume are
+       `run_loop.drive`'s)
 
 With k = 0 this is synchronous: every batch is sampled by the weights the trainer holds. With k >= 1 the
 rollouter samples the next batches while the trainer updates. Which weights sample which batch depends only on
@@ -15,60 +16,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from flow_models.digits import NUM_CLASSES
+from flow_rl.pictures import save_samples
+from flow_rl.step import flow_train_step
+from flow_rl.validation import validate
 from rl_pipeline.staleness import checked_lag
 from run_loop import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
-from trainers.flow.step import flow_train_step
 
-from flow_grpo.batch import RolloutBatch
 from flow_grpo.config import FlowConfig
-from flow_grpo.pictures import save_grid
 from flow_grpo.report import FlowDetails, report
 from flow_grpo.setup import FlowSetup, prepare
-from flow_grpo.validation import ValidationResult, validate
-
-PENDING = "pending"  # checkpoints/<step>/pending/<s>.npz: batches submitted but not trained at the checkpoint
 
 
 @dataclass
 class FlowGRPO:
     s: FlowSetup
-    ready: dict[int, RolloutBatch] = field(default_factory=dict)  # taken (or restored) but not trained yet
-    submitted: set[int] = field(default_factory=set)
 
     @property
     def cfg(self) -> FlowConfig:
         return self.s.cfg
 
-    def push_weights(self) -> None:
-        weights, version = self.s.backend.export_weights()
-        self.s.rollouts.push(self.s.rollouts.publish(weights, version))
-
-    def submit(self, step: int) -> None:
-        if step <= self.cfg.run.steps and step not in self.ready and step not in self.submitted:
-            self.s.rollouts.submit(step)
-            self.submitted.add(step)
-
-    def take(self, step: int) -> tuple[RolloutBatch, float]:
-        if step in self.ready:
-            return self.ready.pop(step), 0.0
-        self.submitted.discard(step)
-        return self.s.rollouts.take(step)
-
     def validate(self, step: int) -> dict[str, float]:
         s, v = self.s, self.cfg.validation
-        shape = (s.model_cfg.channels, s.model_cfg.image_size, s.model_cfg.image_size)
-        result = validate(s.backend.model, v, self.cfg.sampler.shift, s.reward, s.classifier, step, shape)
+        shape = (s.base.model_cfg.channels, s.base.model_cfg.image_size, s.base.model_cfg.image_size)
+        result = validate(s.backend.model, v, self.cfg.sampler.shift, s.reward, s.base.classifier, step, shape)
         result.save(s.run.root / "validation")
         if v.grid_per_class and self.cfg.run.plots:
-            grid = _grid_images(result, v.grid_per_class)
-            title = f"step {step}: val reward {result.metrics['val/reward/mean']:.3f}"
-            save_grid(grid, v.grid_per_class, title, s.run.plots / f"samples_{step}.png")
+            save_samples(result, v.grid_per_class, s.run.plots / f"samples_{step}.png")
         return result.metrics
 
     async def start(self, checkpoint: Checkpoint | None) -> None:
@@ -76,42 +53,36 @@ class FlowGRPO:
         Either way the rollouter then gets the trainer's weights and the first batches are submitted."""
         s, k = self.s, self.cfg.pipeline.max_staleness
         if checkpoint is None:
-            self.s.log.log(0, self.validate(0) | {"reward_model/val_acc": s.classifier_val_acc})
+            s.log.log(0, self.validate(0) | {"reward_model/val_acc": s.base.classifier_val_acc})
         else:
             s.backend.load_state_dict(BackendState.load(checkpoint.path))
-            pending = (RolloutBatch.load(p) for p in sorted((checkpoint.path / PENDING).glob("*.npz")))
-            self.ready = {b.step: b for b in pending if b.step <= self.cfg.run.steps}
-        self.push_weights()
+            s.inflight.restore(checkpoint.path)
+        s.inflight.push_weights(*s.backend.export_weights())
         done = 0 if checkpoint is None else checkpoint.progress.step
         for step in range(done + 1, done + k + 2):
-            self.submit(step)
+            s.inflight.submit(step)
 
     async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
-        metrics = self.run_step(step)
-        self.s.log.log(step, metrics)
-        return metrics
-
-    def run_step(self, step: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        batch, wait = self.take(step)
-        lag = checked_lag(step - 1, batch.version, self.cfg.pipeline.max_staleness)
+        s, cfg, t0 = self.s, self.cfg, time.perf_counter()
+        batch, wait = s.inflight.take(step)
+        lag = checked_lag(step - 1, batch.version, cfg.pipeline.max_staleness)
         t1 = time.perf_counter()
         result = flow_train_step(
-            self.s.backend,
-            self.cfg.algorithm,
-            self.cfg.train,
+            s.backend,
+            cfg.algorithm,
+            cfg.train,
             batch.rollout(),
             batch.rewards,
             batch.groups,
             sampled_by=batch.version,
-            seed=self.cfg.run.seed,
+            seed=cfg.run.seed,
         )
         t2 = time.perf_counter()
-        self.push_weights()
-        self.submit(step + self.cfg.pipeline.max_staleness + 1)
+        s.inflight.push_weights(*s.backend.export_weights())
+        s.inflight.submit(step + cfg.pipeline.max_staleness + 1)
         t3 = time.perf_counter()
-        metrics = result.metrics | _batch_metrics(batch, lag)
-        if due(step, self.cfg.validation.every_steps, self.cfg.run.steps):
+        metrics = result.metrics | batch.metrics(lag)
+        if due(step, cfg.validation.every_steps, cfg.run.steps):
             metrics |= self.validate(step)
         metrics |= {
             "timing/wait_s": wait,
@@ -122,40 +93,17 @@ class FlowGRPO:
         }
         metrics["timing/step_s"] = time.perf_counter() - t0
         metrics["perf/images_per_s"] = len(batch.rewards) / metrics["timing/step_s"]
+        s.log.log(step, metrics)
         return metrics
 
     async def save(self, step: int, folder: Path) -> int:
-        """Takes every batch in flight first: they are saved with the weights (`pending/<step>.npz`), so none is
-        lost or re-sampled."""
-        for pending in sorted(self.submitted):
-            self.ready[pending] = self.s.rollouts.take(pending)[0]
-        self.submitted.clear()
+        """The batches in flight are saved with the weights, so none is lost or re-sampled."""
+        self.s.inflight.save(folder)
         self.s.backend.state_dict().save(folder)
-        (folder / PENDING).mkdir()
-        for batch in self.ready.values():
-            batch.save(folder / PENDING / f"{batch.step}.npz")
         return self.s.backend.version
 
     async def close(self, completed: bool) -> None:
         self.s.close()
-
-
-def _grid_images(result: ValidationResult, per_class: int) -> np.ndarray:
-    n = len(result.labels) // NUM_CLASSES
-    rows = [c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]
-    return result.images[rows]
-
-
-def _batch_metrics(batch: RolloutBatch, lag: int) -> dict[str, float]:
-    r = batch.rewards
-    return {
-        "reward/mean": float(r.mean()),
-        "reward/std": float(r.std()),
-        "reward/max": float(r.max()),
-        "rollout/version_lag": float(lag),
-        "rollout/window_start": float(batch.window_start),
-        "rollout/images": float(len(r)),
-    }
 
 
 async def run_loop(cfg: FlowConfig, resume: bool) -> RunSummary[FlowDetails]:

@@ -3,7 +3,7 @@ rollouter's calls in the order they were made (a local mailbox; a Ray actor runs
 caller's order), so the two give the same batches for the same settings.
 
 A step rollouter is one whose batch is a pure function of the weights it was last sent and the step (FlowGRPO's
-`flow_grpo.rollouter.FlowRollouter`). The loop submits step s's batch right after pushing the weights it may be
+`flow_rl.rollouter.FlowRollouter`). The loop submits step s's batch right after pushing the weights it may be
 sampled with; `take(s)` waits for it. Generic over the batch type `B`: the app keeps its own sample record.
 """
 

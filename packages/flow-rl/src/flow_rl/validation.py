@@ -18,7 +18,7 @@ from flow_models.rewards import RewardFn, ink
 from flow_models.sampler import VelocityFn, sample
 from flow_models.sampler_config import SamplerConfig
 
-from flow_grpo.config import FlowValidationConfig
+from flow_rl.validation_config import FlowValidationConfig
 
 
 @dataclass(frozen=True)

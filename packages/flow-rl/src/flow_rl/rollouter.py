@@ -21,8 +21,8 @@ from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
 from ray_session.weight_sync import WeightHandle, WeightSync
 
-from flow_grpo.batch import RolloutBatch
-from flow_grpo.rewards import RewardSpec
+from flow_rl.batch import RolloutBatch
+from flow_rl.rewards import RewardSpec
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from trainers.algorithm.loss_io import LossOutputs
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 from flow_models.digits import IMAGE_SIZE, NUM_CLASSES
+from run_logging import RunDir, read_metrics
+
+from flow_rl.validation import ValidationResult
 
 GAP = 0.12  # intensity of the 1-pixel lines between images (0 is the paper colour, 1 full ink)
 
@@ -53,3 +56,37 @@ def save_before_after(
     before: np.ndarray, after: np.ndarray, per_class: int, titles: tuple[str, str], path: Path
 ) -> Path:
     return _figure([(titles[0], tile(before, per_class)), (titles[1], tile(after, per_class))], path)
+
+
+def _first_per_class(images: np.ndarray, per_class: int) -> np.ndarray:
+    """The first `per_class` images of each class of a class-major `[C * n, ...]` array."""
+    n = len(images) // NUM_CLASSES
+    return images[[c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]]
+
+
+def save_samples(result: ValidationResult, per_class: int, path: Path) -> Path:
+    """`plots/samples_<step>.png`: the first `per_class` validation images of each class."""
+    title = f"step {result.step}: val reward {result.metrics['val/reward/mean']:.3f}"
+    return save_grid(_first_per_class(result.images, per_class), per_class, title, path)
+
+
+def save_before_after_plot(run: RunDir, per_class: int) -> Path | None:
+    """`plots/before_after.png` when step 0 and a later step were validated (and grids are on)."""
+    folder = run.root / "validation"
+    steps = sorted(int(p.stem.removeprefix("images_")) for p in folder.glob("images_*.npz"))
+    if per_class == 0 or len(steps) < 2 or steps[0] != 0:
+        return None
+    by_step = {int(r["step"]): r for r in read_metrics(run.metrics)}  # type: ignore[call-overload]
+    (_, before), (_, after) = ValidationResult.load_images(folder, 0), ValidationResult.load_images(folder, steps[-1])
+
+    def title(step: int) -> str:
+        value = by_step.get(step, {}).get("val/reward/mean")
+        return f"step {step}" + ("" if value is None else f": val reward {float(value):.3f}")  # type: ignore[arg-type]
+
+    return save_before_after(
+        _first_per_class(before, per_class),
+        _first_per_class(after, per_class),
+        per_class,
+        (title(0), title(steps[-1])),
+        run.plots / "before_after.png",
+    )

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from flow_models.sampler import FlowRollout
-
 from trainers.algorithm.loss_io import LossOutputs
-from trainers.flow.advantages import flow_advantages, keep_for_training
-from trainers.flow.backend import FlowBackend
-from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
-from trainers.flow.loss import FlowLossInputs, flow_grpo_loss
 from trainers.step_metrics import StepMetrics
 from trainers.update_loop import Backward, Position, run_update
+
+from flow_rl.advantages import flow_advantages, keep_for_training
+from flow_rl.backend import FlowBackend
+from flow_rl.config import FlowGRPOConfig, FlowTrainConfig
+from flow_rl.loss import FlowLossInputs, flow_grpo_loss
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from trainers.flow.loss import FlowLossInputs, flow_grpo_loss
+from flow_rl.loss import FlowLossInputs, flow_grpo_loss
 
 
 def _inputs(lp, old, adv, **kw) -> FlowLossInputs:

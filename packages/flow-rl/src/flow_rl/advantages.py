@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainers.flow.config import FlowGRPOConfig
+from flow_rl.config import FlowGRPOConfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """FlowBackend: a velocity model and its AdamW optimiser (an `OptimisedModule`), with the two calls a FlowGRPO
 step needs from its model. Compute only, like `trainers.backend.TorchBackend`: what a step does is
-`trainers.flow.step`'s.
+`flow_rl.step`'s.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import copy
 
 import torch
 from flow_models.sampler import FlowRollout, SamplerConfig, window_log_prob
-
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
 from trainers.backend.optimised_module import OptimisedModule
-from trainers.flow.loss import FlowLossInputs
+
+from flow_rl.loss import FlowLossInputs
 
 
 class FlowBackend(OptimisedModule):

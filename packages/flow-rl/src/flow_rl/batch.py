@@ -63,6 +63,18 @@ class RolloutBatch:
             sample_s,
         )
 
+    def metrics(self, lag: int) -> dict[str, float]:
+        """The batch's metrics line: its rewards, the version `lag` it was trained at, its window and size."""
+        r = self.rewards
+        return {
+            "reward/mean": float(r.mean()),
+            "reward/std": float(r.std()),
+            "reward/max": float(r.max()),
+            "rollout/version_lag": float(lag),
+            "rollout/window_start": float(self.window_start),
+            "rollout/images": float(len(r)),
+        }
+
     def save(self, path: Path) -> None:
         np.savez(path, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
 

@@ -9,10 +9,10 @@ import torch
 from flow_models.sampler import FlowRollout, sample
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
+from flow_rl.backend import FlowBackend
+from flow_rl.config import FlowGRPOConfig, FlowTrainConfig
+from flow_rl.step import flow_train_step
 from trainers.backend.config import OptimConfig
-from trainers.flow.backend import FlowBackend
-from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
-from trainers.flow.step import flow_train_step
 from trainers.step_metrics import NonFiniteError
 
 SAMPLER = SamplerConfig(num_steps=6, noise_level=0.7, window_size=2, window_lo=0, window_hi=4)

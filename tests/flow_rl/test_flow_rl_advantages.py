@@ -8,10 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
+from flow_rl.advantages import flow_advantages, keep_for_training
+from flow_rl.config import FlowGRPOConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainers.flow.advantages import flow_advantages, keep_for_training
-from trainers.flow.config import FlowGRPOConfig
 
 REWARDS = np.array([1.0, 0.0, 0.5, 0.5, 0.2, 0.8])
 GROUPS = np.array([0, 0, 1, 1, 2, 2])

@@ -1,2 +1,0 @@
-"""FlowGRPO (GRPO for flow-matching image models): sample-level group advantages, the per-denoising-step clipped
-policy loss with an optional KL to the reference model, the compute-only `FlowBackend`, and `flow_train_step`."""
