@@ -61,3 +61,8 @@ def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
     assert [s.rollout.engine.compile_decode for s in specs] == [True, True]
     assert [s.site.index for s in specs] == [0, 1]
     assert not specs_of(tiny_config(tmp_path / "default"))[0].rollout.engine.compile_decode
+
+
+def test_the_precision_probe_is_refused_in_async_ppo(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="apps/sync_ppo"):
+        parse(["--debug.precision_steps", "1", "--run.dir", str(tmp_path / "b")])

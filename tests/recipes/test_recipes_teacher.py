@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
+from recipes.cli import app_parser, resolve_run
+from recipes.config import RecipeConfig
 from recipes.rollout import generate_all
 from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from recipes.teacher import DEFAULT_TEACHER, TeacherCheckpoint, TeacherConfig, TeacherRoster, check_teacher
@@ -20,10 +22,19 @@ from recipes.teachers.vllm import teacher_server_config
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
 from rollout_core.testing import ScriptedEngine
-from sync_ppo.cli import parse
 
 TOK = build_char_tokenizer("0123456789")
 torch.set_num_threads(1)
+
+
+RUNS_ROOT = Path("runs") / "recipes-test"
+
+
+def parse(argv: list[str]) -> tuple[RecipeConfig, bool]:
+    """The shared sections resolved and checked as an app's command line does (`recipes.cli`)."""
+    return resolve_run(
+        RecipeConfig, app_parser("recipes-test", "", RecipeConfig, RUNS_ROOT).parse_args(argv), RUNS_ROOT
+    )
 
 
 def _model(vocab: int = TOK.vocab_size, context: int = 64) -> MoEForCausalLM:

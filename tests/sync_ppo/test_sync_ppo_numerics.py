@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from async_ppo.cli import parse as parse_async
 from moe_models.precision_report import report
 from run_logging import read_metrics
 from sync_ppo.config import SyncConfig
@@ -32,15 +31,13 @@ def test_a_bf16_engine_run_trains_and_shows_replay_against_no_replay(
     assert (run / "plots").is_dir()
 
 
-def test_the_precision_probe_is_refused_without_a_native_engine_and_in_async_ppo(
+def test_the_precision_probe_is_refused_without_a_native_engine_or_a_torch_backend(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     with pytest.raises(ValueError, match=r"rollout\.engine\.kind native"):
         tiny_config(tmp_path / "a", "--rollout.engine", "vllm", "--debug.precision_steps", "1")
     with pytest.raises(ValueError, match=r"needs backend\.kind torch, got veomni"):
         tiny_config(tmp_path / "a", "--backend.kind", "veomni", "--debug.precision_steps", "1")
-    with pytest.raises(ValueError, match="apps/sync_ppo"):
-        parse_async(["--debug.precision_steps", "1", "--run.dir", str(tmp_path / "b")])
 
 
 def test_true_on_policy_mode_gives_a_mismatch_of_exactly_zero_over_a_run(

@@ -51,8 +51,6 @@ class Rule:
     unused: Mapping[str, str] = field(default_factory=dict)
 
 
-VIA_RECIPES = "declared but never imported: the app reaches it only through recipes; to drop from pyproject.toml"
-
 RULE: dict[str, Rule] = {
     "routing-state": Rule("Routing rows per input position with their weight versions, for router replay (numpy only)"),
     "rollout-core": Rule(
@@ -103,7 +101,6 @@ RULE: dict[str, Rule] = {
             "ray-session",
             "trainers",
         ),
-        unused={"routing-state": "declared but never imported (routing rows come through rollout-core and trainers)"},
     ),
     "rl-pipeline": Rule(
         "The async machinery on Ray: prompt broker and ledger, staleness bound, rollouter fleet, trainer, validator "
@@ -117,28 +114,14 @@ RULE: dict[str, Rule] = {
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
         ("moe-models", "ray-session", "recipes", "rollout-core", "run-logging", "run-loop", "trainers"),
-        unused={
-            "native-engine": VIA_RECIPES,
-            "rl-tasks": VIA_RECIPES,
-            "routing-state": VIA_RECIPES,
-            "run-config": VIA_RECIPES,
-            "numpy": "declared but never imported; to drop from pyproject.toml",
-        },
     ),
     "async-ppo": Rule(
         "Asynchronous PPO/GRPO on Ray: its config, its report and the driver's loop over `rl-pipeline`",
         ("ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop"),
-        unused={
-            "engine-adapters": VIA_RECIPES,
-            "rl-tasks": VIA_RECIPES,
-            "routing-state": VIA_RECIPES,
-            "run-config": VIA_RECIPES,
-        },
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models: its config and the loop over `flow-rl`",
         ("flow-models", "flow-rl", "ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop", "trainers"),
-        unused={"run-config": VIA_RECIPES},
     ),
 }
 
