@@ -76,8 +76,8 @@ def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
 
 
 def _teacher_accuracy(args: argparse.Namespace) -> float:
-    from recipes.config import AppWarmupConfig, SortTaskConfig
-    from recipes.teacher import TeacherConfig, ensure_teacher
+    from distillation.teacher import TeacherConfig, ensure_teacher
+    from rl_run.config import AppWarmupConfig, SortTaskConfig
 
     task = SortTaskConfig(addition_weight=0.5, sort_weight=0.5) if args.addition else SortTaskConfig()
     cache = Path(".cache/warmup").resolve()

@@ -44,7 +44,7 @@ class Scored:
 
 def _base_and_prompts(count: int, seed: int) -> tuple[Path, list[list[int]], int]:
     from moe_models import load_tokenizer
-    from recipes.config import AppWarmupConfig, SortTaskConfig
+    from rl_run.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.greedy_eval import encode_prompt
     from rl_tasks.warmup import ensure_base_checkpoint
 

@@ -21,7 +21,7 @@ import torch
 from datasets import Dataset
 from moe_models import load_pretrained, load_tokenizer
 from moe_models.tokenizer import CharTokenizer
-from recipes.setup import check_lengths
+from rl_run.setup import check_lengths
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import encode_prompt, evaluate_greedy
 from rl_tasks.reward import RewardFn

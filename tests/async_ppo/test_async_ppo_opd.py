@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
+from distillation.teacher import ensure_teacher
 from engine_adapters.vllm import default_python
 from ray_session.config import RayConfig
 from ray_session.session import LocalRay
-from recipes.teacher import ensure_teacher
 from run_logging import read_metrics
 from trainers.dumps import read_dump
 

@@ -50,8 +50,8 @@ def test_bad_settings_are_rejected_with_got_and_expected(tmp_path: Path, flags: 
 def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    from recipes.setup import prepare_run
     from rl_pipeline.specs import rollouter_specs
+    from rl_run.setup import prepare_run
 
     def specs_of(cfg: AsyncConfig) -> list[RollouterSpec]:
         return rollouter_specs(prepare_run(cfg), cfg.pipeline, cfg.ray, cfg.faults)

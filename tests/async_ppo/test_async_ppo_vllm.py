@@ -28,10 +28,10 @@ from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from engine_adapters.vllm import default_python
+from engine_adapters.vllm.rollout_engine import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
 from moe_models import load_pretrained
-from recipes.engines.vllm import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
-from recipes.setup import prepare_run
 from rl_pipeline.specs import rollouter_specs
+from rl_run.setup import prepare_run
 from rl_tasks.greedy_eval import encode_prompt
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus, generate_with_resume
 from run_logging import read_metrics

@@ -1,5 +1,5 @@
 """A reward function that raises and one that hangs, inside a real run (sync_ppo: both apps score through
-`recipes.rollout.score_all`): each hit sample is a counted `reward_error` with its reason, never a 0 reward and
+`rl_rollout.rollout.score_all`): each hit sample is a counted `reward_error` with its reason, never a 0 reward and
 never trained on, and the run goes on to its last step."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from faults_apps import app_flags
 from faults_tally import FaultTally
-from recipes import rollout
-from recipes.samples import GenRequest, SampleStatus, ScoredSample
+from rl_rollout import rollout
+from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardFn, RewardResult
 from rollout_core import Trajectory

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_adapters.engine_config import VLLMEngineConfig
 from engine_adapters.vllm.server import default_python
 from faults_apps import app_flags
 from faults_tally import FaultTally
 from moe_models import load_tokenizer
-from recipes.engine_config import EngineSite, VLLMEngineConfig
-from recipes.requests import GroupSpec, step_requests
-from recipes.rollout import generate_all
+from rl_rollout.engine_site import EngineSite
+from rl_rollout.requests import GroupSpec, step_requests
+from rl_rollout.rollout import generate_all
 from rl_tasks.warmup import ensure_base_checkpoint
 from rollout_core import TrajectoryStatus
 from sync_ppo.cli import parse

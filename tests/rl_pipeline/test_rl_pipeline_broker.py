@@ -12,10 +12,10 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 import pytest
-from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from rl_pipeline.broker import Broker
 from rl_pipeline.group import FinishedGroup
 from rl_pipeline.ledger import LedgerCounters, LedgerState
+from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory
 

@@ -15,10 +15,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes.samples import GenRequest, SampleStatus, ScoredSample
 from rl_pipeline.broker import Broker
 from rl_pipeline.group import ExcludedGroup, FinishedGroup
 from rl_pipeline.lengths import length_metrics, read_excluded, write_excluded
+from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory
 from run_logging import RunDir

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipes.config import SortTaskConfig
-from recipes.prompts import sample_seed, step_prompts
-from recipes.requests import GroupSpec, group_requests, step_requests
 from rl_pipeline.ledger import PromptTicket
 from rl_pipeline.staleness import checked_lag, oldest_trainable, staleness_metrics
+from rl_rollout.prompts import sample_seed, step_prompts
+from rl_rollout.requests import GroupSpec, group_requests, step_requests
+from rl_run.config import SortTaskConfig
 from rollout_core import NOT_SAMPLED, SamplingParams, Trajectory
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from ray_session.weight_sync import LocalWeightSync, WeightHandle
-from recipes.config import RecipeConfig
-from recipes.setup import check_lengths
 from rl_pipeline.validator import Validator
+from rl_run.config import RecipeConfig
+from rl_run.setup import check_lengths
 from rl_tasks.warmup import ensure_base_checkpoint
 from run_config import parse_config
 from trainers.dumps import read_dump

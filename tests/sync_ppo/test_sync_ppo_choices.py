@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from recipes.teacher import ensure_teacher
+from distillation.teacher import ensure_teacher
 from run_logging import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from engine_adapters.sglang import ModelShape
 from engine_adapters.testing.fake_sglang import FakeSGLangServer
-from recipes.setup import prepare_run
+from rl_run.setup import prepare_run
 from rollout_core import TrajectoryStatus
 from run_logging import read_metrics
 from sync_ppo.config import SyncConfig

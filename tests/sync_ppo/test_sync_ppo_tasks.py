@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from recipes.config import SortTaskConfig
+from rl_run.config import SortTaskConfig
 from rollout_core import NOT_SAMPLED, TrajectoryStatus
 from run_logging import read_metrics
 from sync_ppo.config import SyncConfig

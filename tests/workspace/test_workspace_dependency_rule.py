@@ -75,7 +75,10 @@ RULE: dict[str, Rule] = {
         "The embedded continuous-batching inference engine: abort, pause, live weight updates, teacher scoring",
         ("moe-models", "rollout-core", "routing-state"),
     ),
-    "engine-adapters": Rule("vLLM and SGLang behind `Engine`, over HTTP (no torch)", ("rollout-core", "routing-state")),
+    "engine-adapters": Rule(
+        "vLLM and SGLang behind `Engine` over HTTP, and as rollout engines that own their server (no torch)",
+        ("rollout-core", "routing-state"),
+    ),
     "rl-tasks": Rule(
         "Tasks, reward functions, dataset loaders, the cached warm-up and greedy evaluation",
         ("moe-models", "native-engine"),
@@ -88,40 +91,70 @@ RULE: dict[str, Rule] = {
         "Batches, advantages, losses, `train_step` and the training backends",
         ("moe-models", "rollout-core", "routing-state"),
     ),
-    "recipes": Rule(
-        "What the apps share: config sections, rollout and scoring, policy trainer, validation, teachers, vLLM/SGLang",
+    "rl-rollout": Rule(
+        "A step's responses: requests from (seed, step), generation on any rollout engine, scoring, the step batch, "
+        "dumps, validation",
+        ("engine-adapters", "moe-models", "native-engine", "rl-tasks", "rollout-core", "trainers"),
+    ),
+    "distillation": Rule(
+        "The distillation teacher: its sections, roster and checks, native and vLLM teacher engines, streamed scoring",
+        ("engine-adapters", "moe-models", "native-engine", "rl-rollout", "rl-tasks", "rollout-core"),
+    ),
+    "rl-run": Rule(
+        "One LLM RL run's assembly: the shared config sections, command line, `--resume` checks, setup, policy trainer",
         (
-            "engine-adapters",
+            "distillation",
             "moe-models",
             "native-engine",
+            "ray-session",
+            "rl-rollout",
             "rl-tasks",
-            "rollout-core",
             "run-config",
             "run-logging",
-            "ray-session",
+            "run-loop",
             "trainers",
         ),
     ),
     "rl-pipeline": Rule(
         "The async machinery on Ray: prompt broker and ledger, staleness bound, rollouter fleet, trainer, validator "
         "and teacher actors, step transport",
-        ("moe-models", "native-engine", "ray-session", "recipes", "rollout-core", "run-logging", "trainers"),
+        (
+            "distillation",
+            "moe-models",
+            "native-engine",
+            "ray-session",
+            "rl-rollout",
+            "rl-run",
+            "rollout-core",
+            "run-logging",
+            "trainers",
+        ),
     ),
     "flow-rl": Rule(
         "FlowGRPO's machinery: its loss, backend and step, the step rollouter, rewards, batches in flight, validation",
-        ("flow-models", "ray-session", "recipes", "rl-pipeline", "run-logging", "trainers"),
+        ("flow-models", "ray-session", "rl-pipeline", "run-logging", "run-loop", "trainers"),
     ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
-        ("moe-models", "ray-session", "recipes", "rollout-core", "run-logging", "run-loop", "trainers"),
+        (
+            "distillation",
+            "moe-models",
+            "ray-session",
+            "rl-rollout",
+            "rl-run",
+            "rollout-core",
+            "run-logging",
+            "run-loop",
+            "trainers",
+        ),
     ),
     "async-ppo": Rule(
         "Asynchronous PPO/GRPO on Ray: its config, its report and the driver's loop over `rl-pipeline`",
-        ("ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop"),
+        ("distillation", "ray-session", "rl-pipeline", "rl-run", "run-logging", "run-loop"),
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models: its config and the loop over `flow-rl`",
-        ("flow-models", "flow-rl", "ray-session", "recipes", "rl-pipeline", "run-logging", "run-loop", "trainers"),
+        ("flow-models", "flow-rl", "ray-session", "rl-pipeline", "rl-run", "run-logging", "run-loop", "trainers"),
     ),
 }
 

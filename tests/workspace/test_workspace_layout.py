@@ -132,7 +132,9 @@ def test_the_workspace_has_its_packages_and_apps() -> None:
     names = {m.name for m in members()}
     assert {
         "trainers",
-        "recipes",
+        "rl_run",
+        "rl_rollout",
+        "distillation",
         "moe_models",
         "flow_models",
         "native_engine",

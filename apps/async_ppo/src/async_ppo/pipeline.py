@@ -19,17 +19,17 @@ import asyncio
 import time
 from pathlib import Path
 
+from distillation.teacher import TeacherRoster, check_roster, ensure_roster
 from ray_session.session import RaySession
-from recipes.cli import exit_on_sigterm
-from recipes.setup import RunSetup, prepare_run
-from recipes.teacher import TeacherRoster, check_roster, ensure_roster
 from rl_pipeline.actors import Actors, TrainCall
 from rl_pipeline.staged_checkpoint import StagedCheckpoint
 from rl_pipeline.step_clock import StepClock
 from rl_pipeline.step_rows import StepRows
 from rl_pipeline.teacher_pool import pool_cpus
 from rl_pipeline.validations import PendingValidations
+from rl_run.setup import RunSetup, prepare_run
 from run_loop import Checkpoint, RunSummary, drive, due
+from run_loop.sigterm import exit_on_sigterm
 
 from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig

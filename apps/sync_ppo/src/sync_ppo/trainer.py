@@ -17,18 +17,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from distillation.stream import TeacherStream, attach_teacher
+from distillation.teacher_set import TeacherSet
 from moe_models.precision_probe import probe, write_probe
 from ray_session.weight_sync import LocalWeightSync
-from recipes.engine_config import EngineSite
-from recipes.policy_trainer import PolicyTrainer
-from recipes.requests import GroupSpec, step_requests
-from recipes.rollout import generate_all, score_all
-from recipes.samples import SampleStatus, ScoredSample
-from recipes.setup import RunSetup, prepare_run
-from recipes.teacher_set import TeacherSet
-from recipes.teacher_stream import TeacherStream, attach_teacher, build_teachers
-from recipes.tensorboard_log import TensorBoardLog
-from recipes.validation import validate
+from rl_rollout.engine_site import EngineSite
+from rl_rollout.requests import GroupSpec, step_requests
+from rl_rollout.rollout import generate_all, score_all
+from rl_rollout.samples import SampleStatus, ScoredSample
+from rl_rollout.validation import validate
+from rl_run.policy_trainer import PolicyTrainer
+from rl_run.setup import RunSetup, prepare_run
+from rl_run.tensorboard_log import TensorBoardLog
 from rollout_core import NOT_SAMPLED, RolloutEngine
 from run_loop import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
@@ -193,7 +193,7 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
         )
         engine = await cfg.rollout.engine.build(site)
         if cfg.algorithm.kind == "opd":
-            teacher = await build_teachers(cfg.teacher, s)
+            teacher = await s.teachers()
             teacher_acc = teacher.roster.default.val_accuracy
         trainer = PolicyTrainer.build(
             cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id, max_new_tokens=s.max_new_tokens, run=s.run

@@ -34,7 +34,7 @@ class InFlight:
         if ray is None:
             return cls(LocalRollouts(spec), last_step)
         from ray_session.session import RaySession
-        from recipes.cli import exit_on_sigterm
+        from run_loop.sigterm import exit_on_sigterm
 
         session = RaySession.open(ray, app="flow_grpo")
         exit_on_sigterm()  # ray.init installs its own SIGTERM handler

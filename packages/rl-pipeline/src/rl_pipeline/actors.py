@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from distillation.teacher import TeacherRoster
 from ray.exceptions import RayActorError
 from ray_session.config import RayConfig
 from ray_session.session import RaySession
-from recipes.setup import RunSetup
-from recipes.teacher import TeacherRoster
+from rl_run.setup import RunSetup
 
 from rl_pipeline.broker import Broker
 from rl_pipeline.config import FaultConfig, PipelineConfig

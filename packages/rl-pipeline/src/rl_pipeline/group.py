@@ -2,7 +2,7 @@
 (`FinishedGroup`), as a rollouter hands it to the broker and the trainer reads it.
 
 The requests of prompt `k` are exactly those synchronous training makes for its slot (step `k // P + 1`, position
-`k % P`; `recipes.requests`): same example, same request ids, same sampling seeds. With max_staleness 0 the two
+`k % P`; `rl_rollout.requests`): same example, same request ids, same sampling seeds. With max_staleness 0 the two
 trainers therefore see the same data.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from recipes.samples import SampleStatus, ScoredSample
+from rl_rollout.samples import SampleStatus, ScoredSample
 from rollout_core import NOT_SAMPLED
 
 

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from distillation.stream import attach_teacher
+from distillation.teacher import DEFAULT_TEACHER
 from moe_models import load_tokenizer
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
-from recipes.config import RolloutConfig, TaskConfig
-from recipes.engine_config import EngineSite
-from recipes.requests import GroupSpec, group_requests
-from recipes.rollout import generate_all, score_all
-from recipes.samples import SampleStatus, ScoredSample
-from recipes.teacher import DEFAULT_TEACHER
-from recipes.teacher_stream import attach_teacher
+from rl_rollout.engine_site import EngineSite
+from rl_rollout.requests import GroupSpec, group_requests
+from rl_rollout.rollout import generate_all, score_all
+from rl_rollout.samples import SampleStatus, ScoredSample
+from rl_run.config import RolloutConfig, TaskConfig
 from rollout_core import PauseMode, RolloutEngine
 
 from rl_pipeline.group import FinishedGroup

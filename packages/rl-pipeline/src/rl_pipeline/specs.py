@@ -1,13 +1,13 @@
 """The specs of a run's actors, from the run's shared sections, the pipeline's own and what
-`recipes.setup.prepare_run` prepared (run directory, base checkpoint, tokenizer, lengths). The warm-up base is built
+`rl_run.setup.prepare_run` prepared (run directory, base checkpoint, tokenizer, lengths). The warm-up base is built
 (or read from its cache) by the driver, once, so every actor loads the same folder."""
 
 from __future__ import annotations
 
 from ray_session.config import RayConfig
-from recipes.engine_config import EngineSite
-from recipes.requests import GroupSpec
-from recipes.setup import RunSetup
+from rl_rollout.engine_site import EngineSite
+from rl_rollout.requests import GroupSpec
+from rl_run.setup import RunSetup
 
 from rl_pipeline.config import FaultConfig, PipelineConfig
 from rl_pipeline.rollouter import RollouterSpec

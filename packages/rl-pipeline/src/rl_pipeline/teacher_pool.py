@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from distillation.teacher import TeacherConfig, TeacherRoster, teacher_site
+from distillation.teacher_engine import TeacherEngine, TeacherSite
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from recipes.teacher import TeacherConfig, TeacherRoster, teacher_site
-from recipes.teacher_engine import TeacherSite
-from recipes.teachers.protocol import TeacherEngine
 from rollout_core.teacher_scores import TeacherScores
 
 
@@ -85,7 +84,7 @@ def pool_cpus(cfg: TeacherConfig, teachers: int) -> float:
 
 class TeacherPool:
     def __init__(self, group: PlacementGroup, by_key: dict[str, list[Any]]) -> None:
-        """`by_key`: each teacher's replica handles, by roster key (`recipes.teacher.DEFAULT_TEACHER` and the named
+        """`by_key`: each teacher's replica handles, by roster key (`distillation.teacher.DEFAULT_TEACHER` and the named
         data sources)."""
         self.group, self.by_key = group, by_key
         self.handles = [h for hs in by_key.values() for h in hs]

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
-from recipes.config import RecipeConfig
-from recipes.policy_trainer import PolicyTrainer
+from rl_run.config import RecipeConfig
+from rl_run.policy_trainer import PolicyTrainer
 from run_logging import RunDir
 from trainers import StaleBound
 from trainers.backend import BackendState

@@ -19,8 +19,9 @@ from moe_models import load_tokenizer
 from native_engine import EngineConfig, NativeEngine
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
-from recipes.config import TaskConfig, ValidationConfig
-from recipes.validation import validate
+from rl_rollout.validation import validate
+from rl_rollout.validation_config import ValidationConfig
+from rl_run.config import TaskConfig
 from run_logging import RunDir
 from trainers.dumps import write_dump
 

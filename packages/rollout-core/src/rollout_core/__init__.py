@@ -8,13 +8,14 @@ from rollout_core.engine import Engine
 from rollout_core.params import SamplingParams
 from rollout_core.request_checks import check_prompt
 from rollout_core.resume import generate_with_resume
-from rollout_core.rollout_engine import PauseMode, RolloutEngine, RolloutSite
+from rollout_core.rollout_engine import FolderWriter, PauseMode, RolloutEngine, RolloutSite
 from rollout_core.segment import Segment, StopReason, drop_extra_last_row
 from rollout_core.trajectory import NOT_SAMPLED, Trajectory, TrajectoryStatus
 
 __all__ = [
     "NOT_SAMPLED",
     "Engine",
+    "FolderWriter",
     "PauseMode",
     "RolloutEngine",
     "RolloutSite",

@@ -1,0 +1,173 @@
+"""The config sections both trainer apps share (standard library and light config modules only: `--help` imports
+this). Each component owns its section and builds itself from it: the algorithm (`trainers.algorithm.config`),
+the training loop (`trainers.train_config`), the optimiser and backend (`trainers.backend.config`), the rollout
+engine (`rl_rollout.engine_config`), the task and warm-up (`rl_tasks`).
+
+Defaults are the CPU recipe: digit sorting (lengths 2-12, so response lengths vary)
+from a 100-step supervised warm-up base that leaves RL room, 32 prompts x 8 samples per step, GRPO with PPO clip in
+bypass mode (old log-probs = the rollout's), AdamW at 1e-4, router replay on. The toy task's addition source is off
+by default: its warm-up leaves it almost never right, so 8 samples per prompt almost never find a reward and RL
+cannot lift it within minutes; enable it with `--task.addition_weight 0.5`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from distillation.teacher import TeacherConfig, check_temperature
+from native_engine.config import EngineConfig
+from rl_rollout.engine_config import RolloutEngineConfig
+from rl_rollout.validation_config import ValidationConfig
+from rl_tasks.calculator_task import CalculatorTaskConfig
+from rl_tasks.dataset_task import DatasetTaskConfig
+from rl_tasks.scratchpad_task import ScratchpadTaskConfig
+from rl_tasks.toy_task import ToyTaskConfig
+from rl_tasks.warmup import WarmupConfig
+from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
+from trainers.backend.config import BackendConfig, OptimConfig, TorchBackendConfig
+from trainers.train_config import TrainLoopConfig
+
+from rl_run.debug_config import DebugConfig
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class RunConfig:
+    dir: str = _help("run directory; empty: runs/<app>/<UTC timestamp> (with --resume: the newest one)", "")
+    steps: int = _help("training steps (prompts_per_step x samples_per_prompt responses each)", 60)
+    seed: int = _help("seeds prompt order, sampling and the trainer", 0)
+    checkpoint_every: int = _help("save a checkpoint every k steps (0: only at the end)", 10)
+    keep_checkpoints: int = _help("complete checkpoints kept on disk (oldest deleted first)", 2)
+    torch_threads: int = _help("torch intra-op threads of the trainer (a native engine steps at its own count)", 1)
+    warmup_cache: str = _help("directory of cached warm-up base checkpoints", ".cache/warmup")
+    progress: bool = _help("show the progress bar", True)
+    plots: bool = _help("write PNG plots at the end", True)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.torch_threads < 1:
+            raise ValueError(
+                f"run: expected steps >= 1, checkpoint_every >= 0, keep_checkpoints >= 1, torch_threads >= 1; got "
+                f"{self.steps}, {self.checkpoint_every}, {self.keep_checkpoints}, {self.torch_threads}"
+            )
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = _help("distinct training prompts per step (complete groups)", 32)
+    samples_per_prompt: int = _help("responses sampled per prompt (one group)", 8)
+    temperature: float = _help("sampling temperature of training rollouts (the trainer's log-probs use it too)", 1.0)
+    max_new_tokens: int = _help("response budget per turn; 0: the task's longest answer + 1 (EOS)", 0)
+    max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
+    reward_timeout_s: float = _help("seconds one reward call may take; then the sample is a counted reward_error", 5.0)
+    engine: RolloutEngineConfig = field(default_factory=lambda: EngineConfig(slots=256, kernel_threads=0))
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
+            raise ValueError(
+                f"rollout: expected prompts_per_step, samples_per_prompt >= 1; got {self.prompts_per_step}, "
+                f"{self.samples_per_prompt}"
+            )
+        if not self.temperature > 0 or self.max_new_tokens < 0 or self.max_resumes < 0:
+            raise ValueError(
+                f"rollout: expected temperature > 0, max_new_tokens >= 0, max_resumes >= 0; got {self.temperature}, "
+                f"{self.max_new_tokens}, {self.max_resumes}"
+            )
+        if not self.reward_timeout_s > 0:
+            raise ValueError(f"rollout.reward_timeout_s: expected > 0, got {self.reward_timeout_s}")
+
+
+@dataclass
+class NumericsConfig:
+    true_on_policy: bool = _help(
+        "the engine samples and the trainer recomputes every position alone with the same ops (moe_models.invariant): "
+        "the trainer's log-probs and routing equal the rollout's bit for bit (fp32, native engine; many times slower)",
+        False,
+    )
+
+
+@dataclass(frozen=True)
+class SortTaskConfig(ToyTaskConfig):
+    """The toy task with the apps' defaults (digit sorting only)."""
+
+    kind: Literal["toy"] = "toy"
+    addition_weight: float = _help("share of addition prompts (0: off)", 0.0)
+    sort_weight: float = _help("share of digit-sorting prompts (0: off)", 1.0)
+
+
+@dataclass(frozen=True)
+class AppWarmupConfig(WarmupConfig):
+    """The warm-up with the apps' default length: on digit sorting a base that leaves RL room (its greedy accuracy:
+    docs/numerics.md); the calculator task's base depends much more on the seed."""
+
+    steps: int = _help("supervised optimiser steps (0: the random model)", 100)
+
+
+TaskConfig = SortTaskConfig | ScratchpadTaskConfig | DatasetTaskConfig | CalculatorTaskConfig
+
+
+@dataclass
+class RecipeConfig:
+    """Every section a trainer app has; an app adds its own (async_ppo: pipeline, ray, faults)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    task: TaskConfig = field(default_factory=SortTaskConfig)
+    warmup: AppWarmupConfig = field(default_factory=AppWarmupConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    backend: BackendConfig = field(default_factory=TorchBackendConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+    numerics: NumericsConfig = field(default_factory=NumericsConfig)
+
+    def __post_init__(self) -> None:
+        if self.numerics.true_on_policy:
+            self._check_true_on_policy()
+        if self.debug.precision_steps and self.backend.kind != "torch":
+            raise ValueError(
+                f"debug.precision_steps: the probe traces our model's forward op by op, so it needs "
+                f"backend.kind torch, got {self.backend.kind}"
+            )
+        if self.debug.precision_steps and self.rollout.engine.kind != "native":
+            raise ValueError(
+                f"debug.precision_steps: the probe reads the engine's model in process, so it needs "
+                f"rollout.engine.kind native, got {self.rollout.engine.kind}"
+            )
+        if self.algorithm.kind == "opd":
+            check_temperature(self.teacher, self.rollout.temperature)
+            if self.teacher.engine.kind == "vllm" and self.teacher.temperature != 1.0:
+                raise ValueError(
+                    f"teacher.engine vllm: vLLM's prompt log-probs are at temperature 1; expected teacher.temperature "
+                    f"(= rollout.temperature) 1.0, got {self.teacher.temperature}"
+                )
+            if isinstance(self.algorithm, OPDConfig) and self.algorithm.loss == "topk_fkl" and self.teacher.top_k == 0:
+                raise ValueError("algorithm.loss topk_fkl: expected teacher.top_k > 0 (the ids it distills), got 0")
+
+    def _check_true_on_policy(self) -> None:
+        engine = self.rollout.engine
+        got = (engine.kind, getattr(engine, "dtype", None), getattr(engine, "compile_decode", None))
+        if got != ("native", "float32", False):
+            raise ValueError(
+                "numerics.true_on_policy: expected rollout.engine native with dtype float32 and compile_decode false "
+                f"(the engine samples with the invariant fp32 forward), got kind, dtype, compile_decode = {got}"
+            )
+        if self.backend.kind != "torch":
+            raise ValueError(
+                "numerics.true_on_policy: the trainer recomputes with our invariant forward, so it needs "
+                f"backend.kind torch, got {self.backend.kind}"
+            )
+        if self.backend.compute_dtype != "float32":
+            raise ValueError(
+                f"numerics.true_on_policy: expected backend.compute_dtype float32, got {self.backend.compute_dtype}"
+            )
+        if self.algorithm.kind == "opd" and self.teacher.top_k > 0:
+            raise ValueError(
+                "numerics.true_on_policy: the invariant forward does not score a teacher's top-k ids; "
+                f"expected teacher.top_k 0 with algorithm.kind opd, got {self.teacher.top_k}"
+            )

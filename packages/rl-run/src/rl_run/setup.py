@@ -1,0 +1,141 @@
+"""RunSetup: what a run prepares before anything trains: its directory (allocated, locked) and config record, the
+task, the cached warm-up base checkpoint, the tokenizer and the lengths every engine must fit.
+
+Everything that can be checked without training is checked before the run directory is touched: the context
+every call needs against the model's positions, a group size of 1 with a group-relative estimator (a warning).
+"""
+
+from __future__ import annotations
+
+import datetime
+import tomllib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from distillation.stream import build_teachers
+from distillation.teacher_set import TeacherSet
+from moe_models import CharTokenizer, MoEConfig, load_tokenizer
+from rl_tasks.example import TaskExample
+from rl_tasks.greedy_eval import encode_prompt
+from rl_tasks.task import Task
+from rl_tasks.warmup import WarmupResult, build_base_model_config, build_task_tokenizer, ensure_base_checkpoint
+from run_config import from_dict, to_toml
+from run_logging import MetricsLog, RunDir, RunLock, allocate_run_dir
+
+from rl_run.config import RecipeConfig
+from rl_run.resume import record_resume
+
+GROUP_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
+
+
+@dataclass
+class RunSetup:
+    cfg: RecipeConfig
+    run: RunDir
+    lock: RunLock  # held until the run ends (`close`); a second process cannot use the run directory meanwhile
+    log: MetricsLog
+    task: Task
+    base: WarmupResult
+    tokenizer: CharTokenizer
+    max_new_tokens: int  # per turn
+    max_len: int  # every engine's context: longest prompt + the whole response (every turn and observation)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return str(self.base.checkpoint_dir)
+
+    def val_examples(self) -> tuple[TaskExample, ...]:
+        n = self.cfg.validation.max_prompts
+        val = self.task.splits.validation
+        return val[:n] if n else val
+
+    async def teachers(self) -> TeacherSet:
+        """The run's distillation teachers, built and checked against this run's student (`teacher` section)."""
+        return await build_teachers(
+            self.cfg.teacher,
+            task=self.task,
+            student_warmup=self.cfg.warmup,
+            warmup_cache=Path(self.cfg.run.warmup_cache).resolve(),
+            tokenizer=self.tokenizer,
+            max_len=self.max_len,
+            run_root=self.run.root,
+        )
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def check_lengths(cfg: RecipeConfig, task: Task) -> tuple[int, int]:
+    """`(max_new_tokens per turn, max_len)`; raises when a call could exceed the model's positions."""
+    tokenizer = build_task_tokenizer(task)
+    max_new = cfg.rollout.max_new_tokens or task.max_answer_chars + 1
+    splits = task.splits
+    longest_prompt = max(len(encode_prompt(tokenizer, ex.prompt)) for ex in (*splits.train, *splits.validation))
+    max_len = longest_prompt + response_budget(task, max_new)
+    model: MoEConfig = build_base_model_config(task, cfg.warmup, tokenizer)  # type: ignore[assignment]
+    if max_len > model.max_position_embeddings:
+        raise ValueError(
+            f"rollout.max_new_tokens {max_new}: the longest prompt ({longest_prompt} tokens) plus the response budget "
+            f"({max_len - longest_prompt} tokens) needs {max_len} positions; expected at most the model's "
+            f"max_position_embeddings {model.max_position_embeddings} (warmup.model_preset {cfg.warmup.model_preset!r})"
+        )
+    return max_new, max_len
+
+
+def warn_singleton_groups(cfg: RecipeConfig) -> None:
+    advantage = getattr(cfg.algorithm, "advantage", None)
+    if cfg.rollout.samples_per_prompt == 1 and advantage in GROUP_ESTIMATORS:
+        warnings.warn(
+            f"rollout.samples_per_prompt 1 with algorithm.advantage {advantage!r}: every group is a single sample, so "
+            "the advantage is the raw reward (no baseline); counted per step as rollout/singleton_groups",
+            stacklevel=2,
+        )
+
+
+def claim_run_dir(cfg: RecipeConfig, *, resume: bool, runs_root: Path) -> tuple[RunDir, RunLock]:
+    """The run's directory, locked: a fresh one under `runs_root` when `run.dir` is empty (unique even for runs
+    started in the same second), the given one otherwise. A new run writes `config.toml`; a resumed one keeps it and
+    appends its overrides to `resumes.jsonl`."""
+    if cfg.run.dir:
+        root = Path(cfg.run.dir).resolve()  # absolute: actors may run elsewhere
+    else:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+        root = allocate_run_dir(runs_root.resolve(), stamp)
+    lock = RunLock.acquire(root)
+    run = RunDir.create(root)
+    cfg.run.dir = str(root)
+    if resume:
+        saved = from_dict(type(cfg), tomllib.loads(run.config.read_text()), source=str(run.config))
+        latest = run.latest_checkpoint()
+        record_resume(root, saved, cfg, None if latest is None else int(latest.name))
+    elif run.config.exists():
+        lock.release()
+        raise ValueError(f"{root}: expected a directory without a run, got one holding {run.config.name}")
+    else:
+        run.config.write_text(to_toml(cfg))
+    return run, lock
+
+
+def prepare_run(cfg: RecipeConfig, *, resume: bool = False, runs_root: Path = Path("runs")) -> RunSetup:
+    """Checks, then claims the run directory, then builds or reads the cached base checkpoint."""
+    task = cfg.task.build()
+    max_new, max_len = check_lengths(cfg, task)
+    warn_singleton_groups(cfg)
+    run, lock = claim_run_dir(cfg, resume=resume, runs_root=runs_root)
+    try:
+        base = ensure_base_checkpoint(task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        tokenizer = load_tokenizer(base.checkpoint_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return RunSetup(cfg, run, lock, MetricsLog(run.metrics), task, base, tokenizer, max_new, max_len)
+
+
+def response_budget(task: Task, max_new_tokens: int) -> int:
+    """The most tokens one response can hold: one turn's budget, or for a task with a tool every turn's budget
+    and the longest observation after each turn but the last."""
+    if task.tool is None:
+        return max_new_tokens
+    turns = task.tool.max_turns
+    return turns * max_new_tokens + (turns - 1) * task.tool.max_observation_chars
