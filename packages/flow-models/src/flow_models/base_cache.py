@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from flow_models.classifier import ClassifierConfig, DigitClassifier, train_classifier
+from flow_models.classifier import DigitClassifier, train_classifier
 from flow_models.digits import DigitSplits
+from flow_models.reward_config import ClassifierConfig
 from flow_models.velocity import VelocityMLP
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup import warm_up
@@ -53,9 +54,14 @@ def _load(folder: Path, model: torch.nn.Module) -> dict[str, object]:
     return json.loads((folder / META).read_text())
 
 
+def _classifier_fields(cfg: ClassifierConfig) -> dict[str, object]:
+    """The training settings alone (a `classifier` reward section is one, with its `kind` tag): the cache key."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(ClassifierConfig)}
+
+
 def ensure_classifier(cfg: ClassifierConfig, data: DigitSplits, cache_root: Path) -> tuple[DigitClassifier, float]:
     """The reward classifier (eval mode, frozen) and its validation accuracy in [0, 1]."""
-    folder = cache_root / f"classifier-{cache_key(cfg)}"
+    folder = cache_root / f"classifier-{cache_key(ClassifierConfig(**_classifier_fields(cfg)))}"
     model = DigitClassifier(cfg.hidden)
     if not (folder / META).exists():
         t0 = time.perf_counter()

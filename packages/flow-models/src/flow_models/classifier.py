@@ -3,28 +3,11 @@ gives to the requested class. Trained once per config and cached (`ensure_classi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 from torch import nn
 
 from flow_models.digits import NUM_CLASSES, DigitSplits
-
-
-@dataclass(frozen=True)
-class ClassifierConfig:
-    hidden: int = 256
-    steps: int = 1500
-    batch_size: int = 128
-    lr: float = 2e-3
-    noise_std: float = 0.1  # Gaussian pixel noise while training, so that near-digits are still judged smoothly
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.hidden < 1 or self.steps < 0 or self.batch_size < 1 or not self.lr > 0 or self.noise_std < 0:
-            raise ValueError(
-                f"ClassifierConfig: expected positive sizes and lr, steps and noise_std >= 0, got {asdict(self)}"
-            )
+from flow_models.reward_config import ClassifierConfig
 
 
 class DigitClassifier(nn.Module):

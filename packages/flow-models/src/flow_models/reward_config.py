@@ -1,9 +1,10 @@
 """The `reward` section: which reward a FlowGRPO run optimises (standard library only: `--help` imports it).
-What each kind computes is in `flow_models.rewards`."""
+What each kind computes is in `flow_models.rewards`; `ClassifierConfig` is the reward classifier's training, which the
+`classifier` kind is (with its `kind` tag) and every run validates with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 
@@ -12,15 +13,28 @@ def _help(text: str, default: object) -> object:
 
 
 @dataclass(frozen=True)
-class ClassifierRewardConfig:
-    kind: Literal["classifier"] = "classifier"
+class ClassifierConfig:
+    """The reward classifier (an MLP trained once on the digits and cached, keyed by these settings)."""
+
     hidden: int = _help("hidden width of the reward classifier (an MLP, trained once on the digits and cached)", 256)
     steps: int = _help("optimiser steps of the reward classifier's training", 1500)
+    batch_size: int = _help("batch size of the reward classifier's training", 128)
+    lr: float = _help("learning rate of the reward classifier's training", 2e-3)
+    noise_std: float = _help(
+        "std of the Gaussian pixel noise added while the classifier trains, so near-digits are judged smoothly", 0.1
+    )
     seed: int = _help("seed of the reward classifier's training", 0)
 
     def __post_init__(self) -> None:
-        if self.hidden < 1 or self.steps < 1:
-            raise ValueError(f"reward: expected hidden >= 1 and steps >= 1, got {self.hidden}, {self.steps}")
+        if self.hidden < 1 or self.steps < 1 or self.batch_size < 1 or not self.lr > 0 or self.noise_std < 0:
+            raise ValueError(
+                f"reward: expected hidden, steps, batch_size >= 1, lr > 0 and noise_std >= 0, got {asdict(self)}"
+            )
+
+
+@dataclass(frozen=True)
+class ClassifierRewardConfig(ClassifierConfig):
+    kind: Literal["classifier"] = "classifier"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 from flow_models.base_cache import ensure_base, ensure_classifier
-from flow_models.classifier import ClassifierConfig, DigitClassifier
+from flow_models.classifier import DigitClassifier
 from flow_models.digits import IMAGE_SIZE, NUM_CLASSES, load_digit_splits
-from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
+from flow_models.reward_config import ClassifierConfig, ClassifierRewardConfig, RewardConfig
 from flow_models.velocity import VelocityMLP
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup_config import FlowWarmupConfig
@@ -23,9 +23,8 @@ from flow_rl.rewards import RewardSpec
 
 
 def classifier_config(reward: RewardConfig) -> ClassifierConfig:
-    """The reward's classifier settings, or the default classifier's when the reward is another kind."""
-    r = reward if isinstance(reward, ClassifierRewardConfig) else ClassifierRewardConfig()
-    return ClassifierConfig(hidden=r.hidden, steps=r.steps, seed=r.seed)
+    """The reward's classifier (its section is one), or the default classifier when the reward is another kind."""
+    return reward if isinstance(reward, ClassifierRewardConfig) else ClassifierConfig()
 
 
 def fit_digits(model: VelocityConfig) -> VelocityConfig:
