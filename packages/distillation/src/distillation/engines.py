@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine_adapters.vllm import VLLMServer, VLLMServerConfig, default_python
-from engine_adapters.vllm.rollout_engine import start_vllm_server
+from engine_adapters.vllm.rollout_engine import start_healthy_vllm_server
 from engine_adapters.vllm.teacher import VLLMTeacher
 from native_engine.scoring import ScoreRequest, TeacherScorer
 from rollout_core.teacher_scores import TeacherScores
@@ -76,12 +76,7 @@ class VLLMTeacherEngine:
     async def launch(cls, cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VLLMTeacherEngine:
         """Starts the server, waits for it off the event loop; any failure stops the server."""
         config = teacher_server_config(cfg, site)
-        server = start_vllm_server(config, Path(site.work_dir) / VLLM_TEACHER_LOG)
-        try:
-            await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
-        except BaseException:
-            server.stop()
-            raise
+        server = await start_healthy_vllm_server(config, Path(site.work_dir) / VLLM_TEACHER_LOG)
         return cls(server, VLLMTeacher(server.base_url, temperature=site.temperature, top_k=site.top_k))
 
     async def score(self, pairs: Sequence[Pair]) -> list[TeacherScores]:

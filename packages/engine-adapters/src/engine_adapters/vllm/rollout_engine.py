@@ -67,6 +67,18 @@ def start_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:
     return VLLMServer(f"http://127.0.0.1:{port}", process=process, log_path=log_path)
 
 
+async def start_healthy_vllm_server(config: VLLMServerConfig, log_path: Path) -> VLLMServer:
+    """`start_vllm_server`, then waits (off the event loop) until it answers; a server that fails to come up, or a
+    wait that is cancelled, is stopped."""
+    server = start_vllm_server(config, log_path)
+    try:
+        await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
+    except BaseException:
+        await asyncio.to_thread(server.stop)
+        raise
+    return server
+
+
 class VLLMRolloutEngine(VLLMEngine):
     """The adapter (`VLLMEngine`) that also owns its server and turns a push into an HF folder vLLM reloads."""
 
@@ -78,9 +90,8 @@ class VLLMRolloutEngine(VLLMEngine):
     async def launch(cls, cfg: VLLMEngineConfig, site: RolloutSite) -> VLLMRolloutEngine:
         """Starts the server, waits for it off the event loop, connects; any failure stops the server."""
         config = vllm_server_config(cfg, site)
-        server = start_vllm_server(config, Path(site.work_dir) / VLLM_LOG_NAME)
+        server = await start_healthy_vllm_server(config, Path(site.work_dir) / VLLM_LOG_NAME)
         try:
-            await asyncio.to_thread(server.wait_healthy, config.startup_timeout_s)
             engine = await cls.connect(server.base_url)
         except BaseException:
             await asyncio.to_thread(server.stop)
