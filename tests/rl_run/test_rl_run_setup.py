@@ -10,10 +10,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from rl_run.config import RecipeConfig, RolloutConfig, RunConfig, SortTaskConfig
-from rl_run.resume import RESUMES_FILE
-from rl_run.setup import check_lengths, claim_run_dir, warn_singleton_groups
+from rl_run.config import RecipeConfig, RolloutConfig, SortTaskConfig
+from rl_run.setup import check_lengths, warn_singleton_groups
 from run_config import from_dict, to_toml
+from run_loop.claim import claim_run_dir
+from run_loop.resume import RESUMES_FILE
+from run_loop.run_section import RunConfig
 
 
 def _cfg(run_dir: str = "", **rollout: object) -> RecipeConfig:

@@ -17,11 +17,11 @@ from distillation.teacher_set import TeacherSet
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
 from rl_rollout.rollout import generate_all
 from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
-from rl_run.cli import app_parser, resolve_run
 from rl_run.config import RecipeConfig
 from rl_tasks.example import TaskExample
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
 from rollout_core.testing import ScriptedEngine
+from run_loop.cli import app_parser, resolve_run
 
 TOK = build_char_tokenizer("0123456789")
 torch.set_num_threads(1)
@@ -31,7 +31,7 @@ RUNS_ROOT = Path("runs") / "rl-run-test"
 
 
 def parse(argv: list[str]) -> tuple[RecipeConfig, bool]:
-    """The shared sections resolved and checked as an app's command line does (`rl_run.cli`)."""
+    """The shared sections resolved and checked as an app's command line does (`run_loop.cli`)."""
     return resolve_run(RecipeConfig, app_parser("rl-run-test", "", RecipeConfig, RUNS_ROOT).parse_args(argv), RUNS_ROOT)
 
 

@@ -60,8 +60,9 @@ RULE: dict[str, Rule] = {
     "run-config": Rule("Typed dataclass configs from defaults, TOML and `--section.key` flags (stdlib only)"),
     "run-logging": Rule("The run directory: metrics JSONL, progress bar, plots (no torch)"),
     "run-loop": Rule(
-        "One run lifecycle: start or `--resume`, the step loop, `due()`, checkpoints, summary, plots (no torch)",
-        ("run-logging",),
+        "One run lifecycle: the command line with `--resume` and its checks, the run directory claimed, the step loop, "
+        "`due()`, checkpoints, summary, plots (no torch)",
+        ("run-config", "run-logging"),
     ),
     "ray-session": Rule(
         "The Ray session (start or attach, placement groups, actor options) and weight transport between processes"
@@ -101,7 +102,7 @@ RULE: dict[str, Rule] = {
         ("engine-adapters", "moe-models", "native-engine", "rl-rollout", "rl-tasks", "rollout-core"),
     ),
     "rl-run": Rule(
-        "One LLM RL run's assembly: the shared config sections, command line, `--resume` checks, setup, policy trainer",
+        "One LLM RL run's assembly: the config sections both trainer apps share, the run's setup, the policy trainer",
         (
             "distillation",
             "moe-models",
@@ -109,7 +110,6 @@ RULE: dict[str, Rule] = {
             "ray-session",
             "rl-rollout",
             "rl-tasks",
-            "run-config",
             "run-logging",
             "run-loop",
             "trainers",
@@ -154,7 +154,7 @@ RULE: dict[str, Rule] = {
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models: its config and the loop over `flow-rl`",
-        ("flow-models", "flow-rl", "ray-session", "rl-pipeline", "rl-run", "run-logging", "run-loop", "trainers"),
+        ("flow-models", "flow-rl", "ray-session", "rl-pipeline", "run-logging", "run-loop", "trainers"),
     ),
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rl_run.cli import app_parser, resolve_run, run_app
+from run_loop.cli import app_parser, resolve_run, run_app
 
 from async_ppo.config import AsyncConfig
 
@@ -27,7 +27,7 @@ Artifacts go to the run directory (metrics.jsonl, config.toml, rollouts/, valida
 
 
 def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
-    """The resolved config and whether to resume (`rl_run.cli.resolve_run`: the saved config is the base)."""
+    """The resolved config and whether to resume (`run_loop.cli.resolve_run`: the saved config is the base)."""
     args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
     return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
 

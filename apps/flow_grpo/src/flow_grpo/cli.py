@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rl_run.cli import app_parser, resolve_run, run_app
+from run_loop.cli import app_parser, resolve_run, run_app
 
 from flow_grpo.config import FlowConfig
 

@@ -22,7 +22,7 @@ from flow_models.warmup_config import FlowWarmupConfig
 from flow_rl.config import FlowGRPOConfig, FlowTrainConfig
 from flow_rl.validation_config import FlowValidationConfig
 from ray_session.config import RayConfig
-from rl_run.config import RunConfig
+from run_loop.run_section import RunConfig
 from trainers.backend.config import OptimConfig
 
 

@@ -12,8 +12,8 @@ from flow_rl.backend import FlowBackend
 from flow_rl.base import FlowBase
 from flow_rl.inflight import InFlight
 from flow_rl.rollouter import RollouterSpec
-from rl_run.setup import claim_run_dir
 from run_logging import MetricsLog, RunDir, RunLock
+from run_loop.claim import claim_run_dir
 
 from flow_grpo.cli import DEFAULT_RUNS_ROOT
 from flow_grpo.config import FlowConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rl_run.cli import app_parser, resolve_run, run_app
+from run_loop.cli import app_parser, resolve_run, run_app
 
 from sync_ppo.config import SyncConfig
 
@@ -24,7 +24,7 @@ validation/, checkpoints/, plots/)."""
 
 
 def parse(argv: list[str] | None = None) -> tuple[SyncConfig, bool]:
-    """The resolved config and whether to resume (see `rl_run.cli.resolve_run`)."""
+    """The resolved config and whether to resume (see `run_loop.cli.resolve_run`)."""
     args = app_parser("sync_ppo", DESCRIPTION, SyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
     return resolve_run(SyncConfig, args, DEFAULT_RUNS_ROOT)
 

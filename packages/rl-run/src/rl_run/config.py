@@ -24,6 +24,7 @@ from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
+from run_loop.run_section import RunConfig
 from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
 from trainers.backend.config import BackendConfig, OptimConfig, TorchBackendConfig
 from trainers.train_config import TrainLoopConfig
@@ -33,26 +34,6 @@ from rl_run.debug_config import DebugConfig
 
 def _help(text: str, default: object) -> object:
     return field(default=default, metadata={"help": text})
-
-
-@dataclass
-class RunConfig:
-    dir: str = _help("run directory; empty: runs/<app>/<UTC timestamp> (with --resume: the newest one)", "")
-    steps: int = _help("training steps (prompts_per_step x samples_per_prompt responses each)", 60)
-    seed: int = _help("seeds prompt order, sampling and the trainer", 0)
-    checkpoint_every: int = _help("save a checkpoint every k steps (0: only at the end)", 10)
-    keep_checkpoints: int = _help("complete checkpoints kept on disk (oldest deleted first)", 2)
-    torch_threads: int = _help("torch intra-op threads of the trainer (a native engine steps at its own count)", 1)
-    warmup_cache: str = _help("directory of cached warm-up base checkpoints", ".cache/warmup")
-    progress: bool = _help("show the progress bar", True)
-    plots: bool = _help("write PNG plots at the end", True)
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.torch_threads < 1:
-            raise ValueError(
-                f"run: expected steps >= 1, checkpoint_every >= 0, keep_checkpoints >= 1, torch_threads >= 1; got "
-                f"{self.steps}, {self.checkpoint_every}, {self.keep_checkpoints}, {self.torch_threads}"
-            )
 
 
 @dataclass

@@ -7,8 +7,6 @@ every call needs against the model's positions, a group size of 1 with a group-r
 
 from __future__ import annotations
 
-import datetime
-import tomllib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +18,10 @@ from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import encode_prompt
 from rl_tasks.task import Task
 from rl_tasks.warmup import WarmupResult, build_base_model_config, build_task_tokenizer, ensure_base_checkpoint
-from run_config import from_dict, to_toml
-from run_logging import MetricsLog, RunDir, RunLock, allocate_run_dir
+from run_logging import MetricsLog, RunDir, RunLock
+from run_loop.claim import claim_run_dir
 
 from rl_run.config import RecipeConfig
-from rl_run.resume import record_resume
 
 GROUP_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
 
@@ -91,30 +88,6 @@ def warn_singleton_groups(cfg: RecipeConfig) -> None:
             "the advantage is the raw reward (no baseline); counted per step as rollout/singleton_groups",
             stacklevel=2,
         )
-
-
-def claim_run_dir(cfg: RecipeConfig, *, resume: bool, runs_root: Path) -> tuple[RunDir, RunLock]:
-    """The run's directory, locked: a fresh one under `runs_root` when `run.dir` is empty (unique even for runs
-    started in the same second), the given one otherwise. A new run writes `config.toml`; a resumed one keeps it and
-    appends its overrides to `resumes.jsonl`."""
-    if cfg.run.dir:
-        root = Path(cfg.run.dir).resolve()  # absolute: actors may run elsewhere
-    else:
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-        root = allocate_run_dir(runs_root.resolve(), stamp)
-    lock = RunLock.acquire(root)
-    run = RunDir.create(root)
-    cfg.run.dir = str(root)
-    if resume:
-        saved = from_dict(type(cfg), tomllib.loads(run.config.read_text()), source=str(run.config))
-        latest = run.latest_checkpoint()
-        record_resume(root, saved, cfg, None if latest is None else int(latest.name))
-    elif run.config.exists():
-        lock.release()
-        raise ValueError(f"{root}: expected a directory without a run, got one holding {run.config.name}")
-    else:
-        run.config.write_text(to_toml(cfg))
-    return run, lock
 
 
 def prepare_run(cfg: RecipeConfig, *, resume: bool = False, runs_root: Path = Path("runs")) -> RunSetup:

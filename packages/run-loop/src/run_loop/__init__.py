@@ -1,5 +1,6 @@
-"""One run lifecycle for every trainer app: start or `--resume`, the step loop with `due()` schedules, atomic
-checkpoints with the app's extras, progress bar, plots and summary. No torch, no Ray."""
+"""One run lifecycle for every trainer app: the command line with `--resume` and its checks (`run_loop.cli`,
+`run_loop.resume`), the `run` section, the run directory claimed (`run_loop.claim`), the step loop with `due()`
+schedules, atomic checkpoints with the app's extras, progress bar, plots and summary. No torch, no Ray."""
 
 from run_loop.checkpoint import Checkpoint, RunProgress, commit_checkpoint, load_latest, stage_checkpoint
 from run_loop.driver import LoopSettings, RunApp, drive

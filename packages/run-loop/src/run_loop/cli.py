@@ -12,9 +12,9 @@ from typing import TypeVar
 
 from run_config import add_arguments, from_dict, resolve
 from run_logging import RunDir
-from run_loop.sigterm import exit_on_sigterm
 
-from rl_run.resume import DATA_SHAPING, check_resume
+from run_loop.resume import DATA_SHAPING, check_resume
+from run_loop.sigterm import exit_on_sigterm
 
 CONFIG_FILE = "config.toml"
 DATA_SETTINGS = "seed, task, warm-up, prompts_per_step, samples_per_prompt, max_new_tokens, temperature"
