@@ -11,7 +11,7 @@ from flow_models.rewards import RewardFn
 from flow_rl.backend import FlowBackend
 from flow_rl.base import FlowBase
 from flow_rl.inflight import InFlight
-from flow_rl.rollouter import RollouterSpec
+from flow_rl.rollouter import FlowRollouterSpec
 from run_logging import MetricsLog, RunDir, RunLock
 from run_loop.claim import claim_run_dir
 
@@ -47,7 +47,7 @@ def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
         )
         threads = cfg.ray.rollouter_threads if cfg.pipeline.ray else cfg.run.torch_threads
         rollout = cfg.rollout
-        spec = RollouterSpec(
+        spec = FlowRollouterSpec(
             base.model_cfg,
             base.weights(),
             cfg.sampler,

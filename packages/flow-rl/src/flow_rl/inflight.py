@@ -15,7 +15,7 @@ from ray_session.config import RayConfig
 from rl_pipeline.transport import LocalRollouts, RayRollouts, Rollouts
 
 from flow_rl.batch import RolloutBatch
-from flow_rl.rollouter import RollouterSpec
+from flow_rl.rollouter import FlowRollouterSpec
 
 PENDING = "pending"  # checkpoints/<step>/pending/<s>.npz: batches submitted but not trained at the checkpoint
 
@@ -29,7 +29,7 @@ class InFlight:
     submitted: set[int] = field(default_factory=set)
 
     @classmethod
-    def open(cls, spec: RollouterSpec, last_step: int, ray: RayConfig | None) -> InFlight:
+    def open(cls, spec: FlowRollouterSpec, last_step: int, ray: RayConfig | None) -> InFlight:
         """A rollouter built from `spec` in this process (`ray` None) or on one actor of a Ray session it opens."""
         if ray is None:
             return cls(LocalRollouts(spec), last_step)

@@ -9,7 +9,7 @@ import numpy as np
 from flow_models.digits import IMAGE_SIZE, NUM_CLASSES
 from run_logging import RunDir, read_metrics
 
-from flow_rl.validation import ValidationResult
+from flow_rl.validation import FlowValidationResult
 
 GAP = 0.12  # intensity of the 1-pixel lines between images (0 is the paper colour, 1 full ink)
 
@@ -64,7 +64,7 @@ def _first_per_class(images: np.ndarray, per_class: int) -> np.ndarray:
     return images[[c * n + j for c in range(NUM_CLASSES) for j in range(per_class)]]
 
 
-def save_samples(result: ValidationResult, per_class: int, path: Path) -> Path:
+def save_samples(result: FlowValidationResult, per_class: int, path: Path) -> Path:
     """`plots/samples_<step>.png`: the first `per_class` validation images of each class."""
     title = f"step {result.step}: val reward {result.metrics['val/reward/mean']:.3f}"
     return save_grid(_first_per_class(result.images, per_class), per_class, title, path)
@@ -77,7 +77,10 @@ def save_before_after_plot(run: RunDir, per_class: int) -> Path | None:
     if per_class == 0 or len(steps) < 2 or steps[0] != 0:
         return None
     by_step = {int(r["step"]): r for r in read_metrics(run.metrics)}  # type: ignore[call-overload]
-    (_, before), (_, after) = ValidationResult.load_images(folder, 0), ValidationResult.load_images(folder, steps[-1])
+    (_, before), (_, after) = (
+        FlowValidationResult.load_images(folder, 0),
+        FlowValidationResult.load_images(folder, steps[-1]),
+    )
 
     def title(step: int) -> str:
         value = by_step.get(step, {}).get("val/reward/mean")

@@ -30,7 +30,7 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 
 
 @dataclass(frozen=True)
-class RollouterSpec:
+class FlowRollouterSpec:
     """Everything a rollouter builds itself from (numpy weights: cheap through Ray's object store)."""
 
     model: VelocityConfig
@@ -47,7 +47,7 @@ class RollouterSpec:
 
 
 class FlowRollouter:
-    def __init__(self, spec: RollouterSpec, sync: WeightSync) -> None:
+    def __init__(self, spec: FlowRollouterSpec, sync: WeightSync) -> None:
         torch.set_num_threads(spec.torch_threads)
         self.spec = spec
         self.sync = sync

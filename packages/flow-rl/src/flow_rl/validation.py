@@ -22,7 +22,7 @@ from flow_rl.validation_config import FlowValidationConfig
 
 
 @dataclass(frozen=True)
-class ValidationResult:
+class FlowValidationResult:
     step: int
     metrics: dict[str, float]
     labels: np.ndarray  # [C * n] int64, class-major: the first n images are class 0
@@ -49,7 +49,7 @@ def validate(
     classifier: DigitClassifier,
     step: int,
     image_shape: tuple[int, ...],
-) -> ValidationResult:
+) -> FlowValidationResult:
     n = cfg.samples_per_class
     labels = torch.arange(NUM_CLASSES).repeat_interleave(n)
     noise = torch.randn((len(labels), *image_shape), generator=torch.Generator().manual_seed(cfg.seed))
@@ -65,4 +65,4 @@ def validate(
     }
     for c in range(NUM_CLASSES):
         metrics[f"val/reward/class_{c}"] = float(rewards[c * n : (c + 1) * n].mean())
-    return ValidationResult(step, metrics, labels.numpy(), images.numpy())
+    return FlowValidationResult(step, metrics, labels.numpy(), images.numpy())

@@ -18,7 +18,7 @@ _EXPORTS = {
     "RequestStatus": "native_engine.request",
     "SamplingBatch": "native_engine.sampler",
     "Scheduler": "native_engine.scheduler",
-    "StepPlan": "native_engine.scheduler",
+    "SchedulePlan": "native_engine.scheduler",
     "sample": "native_engine.sampler",
     "uniform_rows": "native_engine.sampler",
 }

@@ -18,7 +18,7 @@ from native_engine.config import EngineConfig, check_run_settings
 from native_engine.metrics import EngineMetrics, MetricsRecorder
 from native_engine.request import Request, RequestStatus
 from native_engine.runner import ModelRunner, StepOutput, apply_chunk, apply_step, build_step_input
-from native_engine.scheduler import Scheduler, StepPlan
+from native_engine.scheduler import SchedulePlan, Scheduler
 from native_engine.step_thread import StepThread
 from native_engine.weights import WeightSource, read_state
 
@@ -299,7 +299,7 @@ class NativeEngine:
             self._waiters.append(waiter)
             await waiter
 
-    def _apply(self, plan: StepPlan, outputs: list[StepOutput | BurstChunk]) -> None:
+    def _apply(self, plan: SchedulePlan, outputs: list[StepOutput | BurstChunk]) -> None:
         """Applies a step's outputs in order (on the event loop) and resolves the calls that finished."""
         for out in outputs:
             if isinstance(out, StepOutput):
@@ -313,7 +313,7 @@ class NativeEngine:
                     self._end(request, RequestStatus.FINISHED)
         self._notify()
 
-    def _deliverer(self, plan: StepPlan) -> Callable[[list[StepOutput | BurstChunk]], None]:
+    def _deliverer(self, plan: SchedulePlan) -> Callable[[list[StepOutput | BurstChunk]], None]:
         """Hands outputs from the worker thread to the loop, in order; dropped once that loop is closed (its calls
         were dropped with it)."""
         loop = self._loop

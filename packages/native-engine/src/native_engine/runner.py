@@ -24,7 +24,7 @@ from native_engine.decode import CachedModel, KVCache
 from native_engine.decode.invariant_model import InvariantCachedModel
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
-from native_engine.scheduler import StepPlan
+from native_engine.scheduler import SchedulePlan
 
 
 @dataclass
@@ -58,7 +58,7 @@ PROGRESS_STEPS = 16  # a burst hands its tokens to the event loop at least this 
 
 
 def _burst_spec(
-    plan: StepPlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event, step_delay_s: float
+    plan: SchedulePlan, max_steps: int, finishes_to_stop: int | None, interrupt: threading.Event, step_delay_s: float
 ) -> BurstSpec:
     rows = plan.requests
     width = max((len(r.stop_ids) for r in rows), default=0)
@@ -80,7 +80,7 @@ def _burst_spec(
 
 
 def build_step_input(
-    plan: StepPlan,
+    plan: SchedulePlan,
     max_burst: int = 1,
     finishes_to_stop: int | None = 1,
     interrupt: threading.Event | None = None,
@@ -223,7 +223,7 @@ class ModelRunner:
             self.version = version
 
 
-def apply_chunk(plan: StepPlan, chunk: BurstChunk) -> list[Request]:
+def apply_chunk(plan: SchedulePlan, chunk: BurstChunk) -> list[Request]:
     """Appends a burst chunk's tokens and routing rows to its requests; returns those that got tokens (some may now
     be FINISHED). Requests that ended while the burst ran are skipped: their output is dropped."""
     touched: list[Request] = []
@@ -238,7 +238,7 @@ def apply_chunk(plan: StepPlan, chunk: BurstChunk) -> list[Request]:
     return touched
 
 
-def apply_step(plan: StepPlan, out: StepOutput) -> list[Request]:
+def apply_step(plan: SchedulePlan, out: StepOutput) -> list[Request]:
     """Appends each row's token and routing rows to its request and returns the requests that got a token (some
     may now be FINISHED). Requests that ended while the step ran (aborted) are skipped: their output is dropped."""
     touched: list[Request] = []

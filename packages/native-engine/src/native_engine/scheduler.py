@@ -9,7 +9,7 @@ from native_engine.request import Request, RequestStatus
 
 
 @dataclass
-class StepPlan:
+class SchedulePlan:
     """One engine step: prompts to prefill (admitted this step) and running requests to decode by one token."""
 
     prefill: list[Request] = field(default_factory=list)
@@ -73,10 +73,10 @@ class Scheduler:
         self.live[request.request_id] = request
         self._waiting.append(request)
 
-    def plan(self) -> StepPlan:
+    def plan(self) -> SchedulePlan:
         """Decodes every RUNNING request that has a token; admits waiting ones while slots and budget allow."""
         running = [r for r in self.live.values() if r.status == RequestStatus.RUNNING]
-        plan = StepPlan(decode=sorted(running, key=lambda r: r.slot))  # ascending slots: often one contiguous run
+        plan = SchedulePlan(decode=sorted(running, key=lambda r: r.slot))  # ascending slots: often one contiguous run
         budget = self.max_prefill_tokens
         while self._waiting and not self.paused and self._free_slots:
             head = self._waiting[0]

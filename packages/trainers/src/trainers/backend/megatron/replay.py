@@ -1,5 +1,5 @@
 """Router replay through Megatron-Core's own hook: each MoE router's `router_replay` (a `RouterReplay`) is asked
-for the top-k of every forward (`get_replay_topk`, `moe_utils.topk_routing_with_score_function`). `RowReplay` is
+for the top-k of every forward (`get_replay_topk`, `moe_utils.topk_routing_with_score_function`). `MegatronRowReplay` is
 a `RouterReplay` that answers per row: the recorded ids where the row's replay mask is set, Megatron's native
 top-k elsewhere, and the scores gathered at the chosen ids, so the router still gets gradients.
 
@@ -22,7 +22,7 @@ from torch import nn
 TopK = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-class RowReplay(RouterReplay):
+class MegatronRowReplay(RouterReplay):
     """One MoE layer's replay: `ids` [N, K] int64 used where `mask` [N] bool is set (N = T*B, sequence-first)."""
 
     def __init__(self) -> None:
@@ -40,7 +40,7 @@ class RowReplay(RouterReplay):
         default_compute_topk: TopK | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if default_compute_topk is None:
-            raise ValueError("RowReplay: Megatron passed no default top-k function")
+            raise ValueError("MegatronRowReplay: Megatron passed no default top-k function")
         values, native = default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
         if self.rows is None:
             return values, native
@@ -55,12 +55,12 @@ class RowReplay(RouterReplay):
         return scores.gather(1, chosen), chosen
 
 
-def install_row_replay(model: nn.Module) -> list[RowReplay]:
-    """Gives every MoE router of `model` a `RowReplay` (in layer order) and returns them."""
+def install_row_replay(model: nn.Module) -> list[MegatronRowReplay]:
+    """Gives every MoE router of `model` a `MegatronRowReplay` (in layer order) and returns them."""
     replays = []
     for module in model.modules():
         if isinstance(module, TopKRouter):
-            module.router_replay = RowReplay()
+            module.router_replay = MegatronRowReplay()
             module.router_replay.layer_number = getattr(module, "layer_number", None)
             replays.append(module.router_replay)
     if not replays:
@@ -69,7 +69,7 @@ def install_row_replay(model: nn.Module) -> list[RowReplay]:
 
 
 @contextlib.contextmanager
-def replaying(replays: list[RowReplay], rows: Rows | None) -> Iterator[None]:
+def replaying(replays: list[MegatronRowReplay], rows: Rows | None) -> Iterator[None]:
     """Within the block, routers replay `rows` ([B, T, L, K] ids, [B, T] mask); None routes natively."""
     if rows is not None and rows.ids.shape[2] != len(replays):
         raise ValueError(f"router replay: expected rows for {len(replays)} MoE layers, got {rows.ids.shape[2]}")

@@ -2,7 +2,7 @@
 
 VeOmni's patched Qwen3-MoE block calls the active manager's `on_router_forward(router, scores, native_ids)` once
 per MoE layer per forward and routes with the ids it returns (gate weights re-gathered from the current softmax,
-so the router keeps its gradient). `RowReplay` returns the recorded ids on rows whose mask is set and the native
+so the router keeps its gradient). `VeOmniRowReplay` returns the recorded ids on rows whose mask is set and the native
 ids elsewhere: a row without a record (a pad, an observation, the final position) routes natively, never to a
 filler expert.
 """
@@ -23,7 +23,7 @@ def moe_routers(model: nn.Module) -> list[nn.Module]:
     return [layer.mlp.gate for layer in layers if hasattr(layer.mlp, "experts")]  # type: ignore[union-attr]
 
 
-class RowReplay:
+class VeOmniRowReplay:
     """One forward's replay: `routing` ids `[B, T, L_moe, K]` and mask `[B, T]`; router identity is the module,
     mapped to its MoE ordinal up front (so activation recompute replays the same rows). Strict: a router that is not
     the model's, a token count that is not `B * T`, or a forward that does not fire every router raises."""
@@ -39,11 +39,13 @@ class RowReplay:
         """`top_indices` `[N, K]` native -> `[N, K]`: recorded where the row's mask is set, native elsewhere."""
         ordinal = self.ordinal.get(id(module))
         if ordinal is None:
-            raise ValueError(f"RowReplay: got a router that is not one of the model's {len(self.ordinal)} MoE routers")
+            raise ValueError(
+                f"VeOmniRowReplay: got a router that is not one of the model's {len(self.ordinal)} MoE routers"
+            )
         recorded = self.routing.layer_ids(ordinal).to(top_indices.device)  # [B*T, K]
         if recorded.shape != top_indices.shape:
             raise ValueError(
-                f"RowReplay: MoE layer {ordinal} routed {tuple(top_indices.shape)} tokens x k, expected "
+                f"VeOmniRowReplay: MoE layer {ordinal} routed {tuple(top_indices.shape)} tokens x k, expected "
                 f"{tuple(recorded.shape)} from the routing rows"
             )
         self.fired.add(ordinal)
@@ -54,7 +56,7 @@ class RowReplay:
         if len(self.fired) != len(self.ordinal):
             missing = sorted(set(range(len(self.ordinal))) - self.fired)
             raise ValueError(
-                f"RowReplay: MoE layers {missing} never consulted the replay hook in this forward "
+                f"VeOmniRowReplay: MoE layers {missing} never consulted the replay hook in this forward "
                 "(expected VeOmni's patched Qwen3-MoE block, which calls it)"
             )
 
@@ -68,8 +70,8 @@ def replaying(routers: list[nn.Module], routing: RouterReplay | None) -> Iterato
         yield
         return
     if get_active_replay() is not None:
-        raise RuntimeError("RowReplay: another router-replay manager is active in this process")
-    manager = RowReplay(routers, routing)
+        raise RuntimeError("VeOmniRowReplay: another router-replay manager is active in this process")
+    manager = VeOmniRowReplay(routers, routing)
     set_active_replay(manager)
     try:
         yield
