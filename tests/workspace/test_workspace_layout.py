@@ -186,3 +186,14 @@ def test_no_file_cites_a_document_outside_the_repository() -> None:
     this = Path(__file__).resolve()
     bad = [str(p.relative_to(ROOT)) for p in files if p.resolve() != this and OUTSIDE_DOCS.search(p.read_text())]
     assert not bad, bad
+
+
+def test_no_two_public_classes_of_the_workspace_share_a_name() -> None:
+    """One type per name: a reader (or an import) never has to ask which `EngineConfig` is meant."""
+    where: dict[str, list[str]] = {}
+    for member in members():
+        for path in member.src.rglob("*.py"):
+            for node in ast.parse(path.read_text(), str(path)).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in where.items() if len(paths) > 1}
