@@ -1,0 +1,139 @@
+"""Our torch backend's full train step against transformers' `Qwen3MoeForCausalLM` on the same batches and weights.
+
+Ours: `trainers.train_step` with the apps' defaults (the `train` section's micro-batch budget, the backend's experts
+kernel, router replay and the mismatch sample on). Transformers: the step TRL's GRPOTrainer runs on a policy, on the
+same micro-batches (rows and widths as ours): forward with the attention mask, the log-prob of each sampled token at
+temperature 1, a token-mean clipped-ratio loss, backward, one AdamW step per batch; the model is built by
+`AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote (its default attention and experts
+implementations, which it prints). Two shapes, both the tiny preset: the default task's (32 prompts x 8 samples,
+prompts of 10-16 tokens, responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as
+`configs/longtail.toml` draws them). The machine's peak is a large float32 matmul at the same thread count, timed in
+the same run; `ours % of peak` counts the matmul FLOPs of the projections, experts, router and head (forward and
+backward: 6 per parameter per token, on real tokens; attention scores, the mismatch forward and padding not
+counted).
+
+Run: `uv run python benchmarks/train_vs_transformers.py [--steps 10] [--threads 1]`. One line per shape, the last:
+`train tokens/s ours <a> vs transformers <b> (<r>x)  peak <p> GFLOP/s  ours <m>% of peak` for each shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backend_step_time import make_batch, make_model
+from moe_models import MoEForCausalLM, save_pretrained
+from train_step_speed import long_tail_batch
+from trainers import TrainBatch, TrainLoopConfig, train_step
+from trainers.algorithm import PPOConfig
+from trainers.backend import OptimConfig, TorchBackend
+from trainers.backend.config import TorchBackendConfig
+from trainers.backend.micro_batches import select_rows, split_by_token_budget
+
+LR = 1e-5
+
+
+def median_seconds(step: Callable[[], None], steps: int) -> float:
+    """Median wall time of `steps` calls after one warm-up call."""
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def ours_step(model: MoEForCausalLM, batch: TrainBatch, max_new_tokens: int) -> Callable[[], None]:
+    backend = TorchBackend(model, OptimConfig(lr=LR), device="cpu", experts_kernel=TorchBackendConfig().experts_kernel)
+    algorithm = PPOConfig().build(max_new_tokens=max_new_tokens)
+    loop = TrainLoopConfig()
+    return lambda: train_step(backend, algorithm, batch, loop)
+
+
+def transformers_step(checkpoint: Path, batch: TrainBatch) -> Callable[[], None]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).train()
+    impl = (model.config._attn_implementation, getattr(model.config, "_experts_implementation", None))
+    print(f"  transformers {type(model).__name__}: attention {impl[0]}, experts {impl[1]}", flush=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    lengths = batch.seq_lengths.tolist()
+    micro = [select_rows(batch, rows) for rows in split_by_token_budget(lengths, range(batch.batch_size), 2048)]
+    advantages = torch.randn(batch.batch_size, generator=torch.Generator().manual_seed(0))
+    total_tokens = float(batch.response_mask.sum())
+
+    def step() -> None:
+        for mb in micro:
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]  # [b, t-1, V]
+            log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1)
+            ratio = torch.exp(log_probs - mb.rollout_log_probs)
+            adv = advantages[: mb.batch_size, None]
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+            loss = -(surrogate * mb.response_mask).sum() / total_tokens
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def flops_per_token(model: MoEForCausalLM) -> float:
+    """Training matmul FLOPs per token: 6 x the parameters a token multiplies (active experts only, no embedding)."""
+    cfg = model.config
+    d, h, kv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    attention = cfg.hidden_size * (h * d + 2 * kv * d) + h * d * cfg.hidden_size
+    moe = cfg.num_experts * cfg.hidden_size + cfg.num_experts_per_tok * 3 * cfg.hidden_size * cfg.moe_intermediate_size
+    dense = 3 * cfg.hidden_size * cfg.intermediate_size
+    layers = sum(attention + (moe if cfg.is_moe_layer(i) else dense) for i in range(cfg.num_hidden_layers))
+    return 6.0 * (layers + cfg.hidden_size * cfg.vocab_size)
+
+
+def peak_gflops(n: int = 2048, reps: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    seconds = median_seconds(lambda: torch.mm(a, b), reps)
+    return 2 * n**3 / seconds / 1e9
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=10, help="timed steps per side and shape (median, after one warm-up)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the apps' trainer default)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = peak_gflops()
+    print(f"peak: {peak:.1f} GFLOP/s (float32 2048^3 matmul, {args.threads} thread(s))", flush=True)
+    probe = make_model()
+    shapes = {"default 32x8": (make_batch(probe, 32, 8), 12), "long-tail 16x4": (long_tail_batch(probe), 305)}
+    summary = []
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = Path(tmp) / "ckpt"
+        save_pretrained(make_model(), checkpoint)
+        for name, (batch, max_new) in shapes.items():
+            tokens = int(batch.attention_mask.sum())
+            print(f"{name}: {batch.batch_size} rows, {tokens} tokens", flush=True)
+            ours_model = make_model()
+            ours = tokens / median_seconds(ours_step(ours_model, batch, max_new), args.steps)
+            theirs = tokens / median_seconds(transformers_step(checkpoint, batch), args.steps)
+            share = 100 * ours * flops_per_token(ours_model) / (peak * 1e9)
+            print(
+                f"  ours {ours:8.0f} tokens/s  transformers {theirs:8.0f} tokens/s  ({ours / theirs:.2f}x)", flush=True
+            )
+            summary.append(
+                f"{name}: train tokens/s ours {ours:.0f} vs transformers {theirs:.0f} ({ours / theirs:.2f}x)  "
+                f"peak {peak:.1f} GFLOP/s  ours {share:.2f}% of peak"
+            )
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()
