@@ -24,7 +24,8 @@ def test_the_trace_lists_every_op_of_every_layer_in_forward_order():
     expected.append((model.config.num_hidden_layers, "logits"))
     assert names == expected
     with torch.no_grad():  # the same expert path as the trace's (no-grad CPU forwards use grouped_mm)
-        torch.testing.assert_close(points[-1].value, model(ids).logits.float(), rtol=0, atol=0)
+        logits = model(ids).logits.float()  # [1, 9, V]; the trace holds [tokens, V]
+        torch.testing.assert_close(points[-1].value, logits.reshape(9, -1), rtol=0, atol=0)
     moe_layer = next(i for i in range(model.config.num_hidden_layers) if model.config.is_moe_layer(i))
     topk = next(p.value for p in points if p.layer == moe_layer and p.op == "topk")
     assert topk.shape == (9, model.config.num_experts_per_tok) and torch.equal(topk, topk.sort(dim=-1).values)

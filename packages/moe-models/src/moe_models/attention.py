@@ -9,6 +9,7 @@ from torch import nn
 from moe_models.config import MoEConfig
 from moe_models.norm import RMSNorm
 from moe_models.rope import apply_rotary
+from moe_models.token_layout import TokenLayout
 
 
 class Attention(nn.Module):
@@ -41,12 +42,17 @@ class Attention(nn.Module):
         v = self.v_proj(h).view(*lead, self.num_kv_heads, self.head_dim)
         return apply_rotary(q, cos, signed_sin), apply_rotary(k, cos, signed_sin), v
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """h: [B, T, hidden]; cos/signed_sin: [B or 1, T, D]; mask: bool [B, 1, T, T], True = may attend."""
-        batch, seq, _ = h.shape
-        q, k, v = self.project(h, cos, signed_sin)
-        q = q.transpose(1, 2)  # [B, H, T, D]
-        k = k.transpose(1, 2).repeat_interleave(self.group_size, dim=1)  # [B, H, T, D]
-        v = v.transpose(1, 2).repeat_interleave(self.group_size, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim))
+    def forward(
+        self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, mask: torch.Tensor, layout: TokenLayout
+    ) -> torch.Tensor:
+        """h: [N, hidden] the layout's tokens; cos/signed_sin: [N, D]; mask: bool [B, 1, T, T], True = may attend.
+
+        Projections run on the N tokens; scores run on the [B, T] grid (padding cells hold zeros and no real
+        query attends to them). Returns [N, hidden]."""
+        q, k, v = self.project(h, cos, signed_sin)  # [N, H, D], [N, KVH, D], [N, KVH, D]
+        q = layout.unpack(q).transpose(1, 2)  # [B, H, T, D]
+        k = layout.unpack(k).transpose(1, 2).repeat_interleave(self.group_size, dim=1)  # [B, H, T, D]
+        v = layout.unpack(v).transpose(1, 2).repeat_interleave(self.group_size, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)  # [B, H, T, D]
+        out = out.transpose(1, 2).reshape(layout.batch, layout.seq, self.num_heads * self.head_dim)
+        return self.o_proj(layout.pack(out))

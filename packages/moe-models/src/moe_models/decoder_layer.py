@@ -9,6 +9,7 @@ from moe_models.attention import Attention
 from moe_models.config import MoEConfig
 from moe_models.moe import DenseMLP, SparseMoeBlock
 from moe_models.norm import RMSNorm
+from moe_models.token_layout import TokenLayout
 
 
 class DecoderLayer(nn.Module):
@@ -27,11 +28,13 @@ class DecoderLayer(nn.Module):
         cos: torch.Tensor,
         signed_sin: torch.Tensor,
         mask: torch.Tensor,
+        layout: TokenLayout,
         replay_ids: torch.Tensor | None = None,
         replay_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h: [B, T, hidden] -> (h [B, T, hidden], expert ids [B*T, K] or None for a dense layer)."""
-        h = h + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask)
+        """h: [N, hidden] the layout's tokens -> (h [N, hidden], expert ids [N, K] or None for a dense layer);
+        replay_ids [N, K] / replay_mask [N] as in `TopKRouter.forward`."""
+        h = h + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask, layout)
         return self.feed_forward(h, replay_ids, replay_mask)
 
     def feed_forward(

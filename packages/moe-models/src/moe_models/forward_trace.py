@@ -4,8 +4,8 @@ router, expert block and output produced, in forward order, as float32 copies on
 Ops per layer, in order: `attn_out` (the attention block's output, before the residual), `router_logits` (MoE
 layers: the router's logits, `[tokens, experts]`), `topk` (MoE layers: the chosen expert ids, sorted per token),
 `mlp_out` (the dense MLP's or the MoE block's output, before the residual) and `hidden` (the layer's output). Before
-the layers: `embed`; after them: `logits`. The model routes by itself (no replay): a routing flip shows up as a
-`topk` difference.
+the layers: `embed`; after them: `logits`. Every value is per token, `[tokens, ...]` (the `[B, T]` input flattened
+row-major). The model routes by itself (no replay): a routing flip shows up as a `topk` difference.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from moe_models.norm import RMSNorm
 from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
 from moe_models.rope import RotaryEmbedding
+from moe_models.token_layout import TokenLayout
 
 
 class MoEModel(nn.Module):
@@ -70,8 +71,8 @@ class MoEForCausalLM(nn.Module):
     ) -> CausalLMOutput:
         """input_ids: [B, T] int64; attention_mask: [B, T] (1 = real token, right padding) or None.
 
-        Positions are 0..T-1 in every row. Padding positions still run (their outputs are meaningless) and
-        real tokens never see them.
+        Positions are 0..T-1 in every row. Only real tokens are computed (`TokenLayout`: attention runs on the
+        grid, every other op on the real tokens alone); padding cells of the logits and of the routing are zeros.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: got shape {tuple(input_ids.shape)}, expected [B, T]")
@@ -79,23 +80,23 @@ class MoEForCausalLM(nn.Module):
         cfg = self.config
         if replay is not None:
             replay.validate(batch, seq, cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
-        h = self.model.embed_tokens(input_ids)  # [B, T, hidden]
+        layout = TokenLayout.of(input_ids, attention_mask)
+        h = self.model.embed_tokens(layout.pack(input_ids))  # [N, hidden]
         mask = self._attention_mask(input_ids, attention_mask)  # [B, 1, T, T]
-        cos, sin = self.model.rotary_emb(torch.arange(seq, device=input_ids.device), h.dtype)  # [T, D]
+        cos, sin = self.model.rotary_emb(layout.positions, h.dtype)  # [N, D]
         routed: list[torch.Tensor] = []
-        replay_mask = replay.flat_mask() if replay is not None else None
+        replay_mask = layout.pack(replay.mask) if replay is not None else None  # [N]
         for layer in self.model.layers:
-            ordinal = len(routed)
-            layer_replay = replay.layer_ids(ordinal) if replay is not None and layer.is_moe else None
-            h, ids = layer(h, cos, sin, mask, layer_replay, replay_mask if layer_replay is not None else None)
+            layer_replay = None
+            if replay is not None and layer.is_moe:
+                layer_replay = layout.pack(replay.ids[:, :, len(routed)]).long()  # [N, K]
+            h, ids = layer(h, cos, sin, mask, layout, layer_replay, replay_mask if layer_replay is not None else None)
             if ids is not None:
                 routed.append(ids)
-        logits = self.lm_head(self.model.norm(h))
+        logits = layout.unpack(self.lm_head(self.model.norm(h)))  # [B, T, V]
         routed_experts = None
         if capture_routing:
-            routed_experts = self._stack_routing(routed, batch * seq).view(
-                batch, seq, len(routed), cfg.num_experts_per_tok
-            )
+            routed_experts = layout.unpack(self._stack_routing(routed, layout.num_tokens))  # [B, T, L_moe, K]
         return CausalLMOutput(logits=logits, routed_experts=routed_experts)
 
     def _stack_routing(self, routed: list[torch.Tensor], num_tokens: int) -> torch.Tensor:

@@ -67,11 +67,11 @@ class Experts(nn.Module):
         """h: [N, hidden]; ids, weights: [N, K]. Returns sum_k weights[:, k] * expert_{ids[:, k]}(h), [N, hidden].
 
         Token-expert pairs are sorted by expert and run as one grouped matmul per projection (CPU, no autograd).
-        Otherwise (autograd, other devices; torch's CPU grouped_mm has no working backward) `autograd_kernel`
-        decides: `padded`, two batched matmuls over a zero-padded [E, max_count, hidden] buffer, or `looped`, a
-        matmul pair per expert on its own rows (Hugging Face's loop; no padding, so faster training steps on CPU,
-        the more so the more uneven the routing). All paths agree to float rounding (~1e-7), not bit for bit.
-        Contributions are summed per token in ascending expert order, as Hugging Face does.
+        Otherwise (autograd, other devices) `autograd_kernel` decides: `padded`, two batched matmuls over a
+        zero-padded [E, max_count, hidden] buffer, or `looped`, a matmul pair per expert on its own rows (Hugging
+        Face's loop; no padding, so faster training steps on CPU, the more so the more uneven the routing). All
+        paths agree to float rounding (~1e-7), not bit for bit. Contributions are summed per token in ascending
+        expert order, as Hugging Face does.
         """
         top_k = ids.shape[1]
         flat = ids.reshape(-1)  # [N*K]
