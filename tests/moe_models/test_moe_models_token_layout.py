@@ -4,6 +4,7 @@ depends on its row count), padding cells are zeros; router replay and gradients 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,24 @@ def test_a_padded_batch_gives_the_gradient_of_its_rows_alone() -> None:
     for k, p in model.named_parameters():
         scale = float(p.grad.abs().max())  # a sum over tokens: rounding grows with the gradient
         torch.testing.assert_close(packed[k], p.grad, rtol=1e-5, atol=1e-6 * scale, msg=k)
+
+
+def test_logits_from_computes_the_wanted_positions_and_zeroes_the_others() -> None:
+    model = _model()
+    ids, mask = _padded([7, 4, 6], seed=3)
+    first = torch.tensor([3, 0, 5])
+    recorded = MoEForCausalLM(CONFIG)(ids, mask, capture_routing=True).routed_experts.detach()
+    replay = RouterReplay(recorded, mask.bool())
+    with torch.no_grad():
+        for routing in (None, replay):
+            full = model(ids, mask, replay=routing).logits
+            part = model(ids, mask, replay=routing, logits_from=first).logits
+            wanted = mask.bool() & (torch.arange(ids.shape[1])[None, :] >= first[:, None])
+            torch.testing.assert_close(part[wanted], full[wanted], rtol=0, atol=1e-6)
+            assert not part[~wanted].any()
+
+
+def test_routing_capture_refuses_a_partial_last_layer() -> None:
+    ids, mask = _padded([3, 2], seed=4)
+    with pytest.raises(ValueError, match="capture_routing"):
+        _model()(ids, mask, capture_routing=True, logits_from=torch.tensor([1, 1]))

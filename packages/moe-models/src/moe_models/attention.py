@@ -36,23 +36,47 @@ class Attention(nn.Module):
         """h: [..., hidden]; cos/signed_sin: [..., head_dim] from RotaryEmbedding.
 
         Returns rotated q [..., H, D] and k [..., KVH, D], and v [..., KVH, D]."""
+        return (self.query(h, cos, signed_sin), *self.key_value(h, cos, signed_sin))
+
+    def query(self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """Rotated q [..., H, D] of h [..., hidden]."""
+        q = self.q_norm(self.q_proj(h).view(*h.shape[:-1], self.num_heads, self.head_dim))
+        return apply_rotary(q, cos, signed_sin)
+
+    def key_value(
+        self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated k [..., KVH, D] and v [..., KVH, D] of h [..., hidden]."""
         lead = h.shape[:-1]
-        q = self.q_norm(self.q_proj(h).view(*lead, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(h).view(*lead, self.num_kv_heads, self.head_dim))
         v = self.v_proj(h).view(*lead, self.num_kv_heads, self.head_dim)
-        return apply_rotary(q, cos, signed_sin), apply_rotary(k, cos, signed_sin), v
+        return apply_rotary(k, cos, signed_sin), v
 
     def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, mask: torch.Tensor, layout: TokenLayout
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        mask: torch.Tensor,
+        layout: TokenLayout,
+        queries: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """h: [N, hidden] the layout's tokens; cos/signed_sin: [N, D]; mask: bool [B, 1, T, T], True = may attend.
+        """h: [N, hidden] the layout's tokens; cos/signed_sin: [N, D]; mask: bool [B, 1, T, T], True = may attend;
+        queries: [M] int64 the tokens (of the N, ascending) whose output is wanted (None: all).
 
-        Projections run on the N tokens; scores run on the [B, T] grid (padding cells hold zeros and no real
-        query attends to them). Returns [N, hidden]."""
-        q, k, v = self.project(h, cos, signed_sin)  # [N, H, D], [N, KVH, D], [N, KVH, D]
-        q = layout.unpack(q).transpose(1, 2)  # [B, H, T, D]
+        Projections run on the tokens; scores run on the [B, T] grid (padding cells and unwanted queries hold
+        zeros, and no real query attends to padding). Returns [M, hidden] (M = N without `queries`)."""
+        asked = layout if queries is None else layout.subset(queries)
+        if queries is None:
+            q = self.query(h, cos, signed_sin)  # [N, H, D]; q before k and v, as `project` orders them
+        else:
+            q = self.query(
+                h.index_select(0, queries), cos.index_select(0, queries), signed_sin.index_select(0, queries)
+            )
+        k, v = self.key_value(h, cos, signed_sin)  # [N, KVH, D] each
+        q = asked.unpack(q).transpose(1, 2)  # [B, H, T, D]
         k = layout.unpack(k).transpose(1, 2).repeat_interleave(self.group_size, dim=1)  # [B, H, T, D]
         v = layout.unpack(v).transpose(1, 2).repeat_interleave(self.group_size, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)  # [B, H, T, D]
         out = out.transpose(1, 2).reshape(layout.batch, layout.seq, self.num_heads * self.head_dim)
-        return self.o_proj(layout.pack(out))
+        return self.o_proj(asked.pack(out))

@@ -31,10 +31,15 @@ class DecoderLayer(nn.Module):
         layout: TokenLayout,
         replay_ids: torch.Tensor | None = None,
         replay_mask: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h: [N, hidden] the layout's tokens -> (h [N, hidden], expert ids [N, K] or None for a dense layer);
-        replay_ids [N, K] / replay_mask [N] as in `TopKRouter.forward`."""
-        h = h + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask, layout)
+        """h: [N, hidden] the layout's tokens -> (h [M, hidden], expert ids [M, K] or None for a dense layer);
+        replay_ids [N, K] / replay_mask [N] as in `TopKRouter.forward`. `outputs` [M] int64: the tokens (of the N,
+        ascending) whose output is wanted, the others only lend their keys and values (None: all, M = N)."""
+        h_out = h if outputs is None else h.index_select(0, outputs)
+        h = h_out + self.self_attn(self.input_layernorm(h), cos, signed_sin, mask, layout, outputs)
+        if outputs is not None and replay_ids is not None and replay_mask is not None:
+            replay_ids, replay_mask = replay_ids.index_select(0, outputs), replay_mask.index_select(0, outputs)
         return self.feed_forward(h, replay_ids, replay_mask)
 
     def feed_forward(

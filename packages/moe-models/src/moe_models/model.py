@@ -68,14 +68,22 @@ class MoEForCausalLM(nn.Module):
         *,
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
+        logits_from: torch.Tensor | None = None,
     ) -> CausalLMOutput:
         """input_ids: [B, T] int64; attention_mask: [B, T] (1 = real token, right padding) or None.
 
         Positions are 0..T-1 in every row. Only real tokens are computed (`TokenLayout`: attention runs on the
         grid, every other op on the real tokens alone); padding cells of the logits and of the routing are zeros.
+        `logits_from` [B] int64: the first position of each row whose logits are wanted (None: every position);
+        the last layer runs only the wanted positions (the others lend it their keys and values), so the earlier
+        ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: got shape {tuple(input_ids.shape)}, expected [B, T]")
+        if capture_routing and logits_from is not None:
+            raise ValueError(
+                "capture_routing: expected every position's routing, got logits_from (a partial last layer)"
+            )
         batch, seq = input_ids.shape
         cfg = self.config
         if replay is not None:
@@ -86,18 +94,34 @@ class MoEForCausalLM(nn.Module):
         cos, sin = self.model.rotary_emb(layout.positions, h.dtype)  # [N, D]
         routed: list[torch.Tensor] = []
         replay_mask = layout.pack(replay.mask) if replay is not None else None  # [N]
-        for layer in self.model.layers:
+        wanted = self._wanted(layout, logits_from)  # [M] of the N tokens, or None: all
+        last = len(self.model.layers) - 1
+        for i, layer in enumerate(self.model.layers):
             layer_replay = None
             if replay is not None and layer.is_moe:
                 layer_replay = layout.pack(replay.ids[:, :, len(routed)]).long()  # [N, K]
-            h, ids = layer(h, cos, sin, mask, layout, layer_replay, replay_mask if layer_replay is not None else None)
+            outputs = wanted if i == last else None
+            h, ids = layer(
+                h, cos, sin, mask, layout, layer_replay, replay_mask if layer_replay is not None else None, outputs
+            )
             if ids is not None:
                 routed.append(ids)
-        logits = layout.unpack(self.lm_head(self.model.norm(h)))  # [B, T, V]
+        logits = self.lm_head(self.model.norm(h))  # [M, V]
+        logits = (layout if wanted is None else layout.subset(wanted)).unpack(logits)  # [B, T, V]
         routed_experts = None
         if capture_routing:
             routed_experts = layout.unpack(self._stack_routing(routed, layout.num_tokens))  # [B, T, L_moe, K]
         return CausalLMOutput(logits=logits, routed_experts=routed_experts)
+
+    @staticmethod
+    def _wanted(layout: TokenLayout, logits_from: torch.Tensor | None) -> torch.Tensor | None:
+        """[M] int64 indices (of the layout's N tokens) at or after their row's `logits_from`; None: all."""
+        if logits_from is None:
+            return None
+        if tuple(logits_from.shape) != (layout.batch,):
+            raise ValueError(f"logits_from: got shape {tuple(logits_from.shape)}, expected {(layout.batch,)}")
+        first = logits_from.to(layout.rows.device).index_select(0, layout.rows)  # [N]
+        return (layout.positions >= first).nonzero().squeeze(1)
 
     def _stack_routing(self, routed: list[torch.Tensor], num_tokens: int) -> torch.Tensor:
         """[num_tokens, L_moe, K] int64 from per-MoE-layer [num_tokens, K] ids (L_moe may be 0)."""
@@ -148,10 +172,12 @@ class MoEForCausalLM(nn.Module):
         temperature: float = 1.0,
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
+        logits_from: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
         `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
-        (log_probs [B, T-1], at [B, T-1, K] or None, routed or None)."""
-        out = self(input_ids, attention_mask, replay=replay, capture_routing=capture_routing)
+        (log_probs [B, T-1], at [B, T-1, K] or None, routed or None). `logits_from` as in `forward`: entries before
+        it are the log-softmax of zero logits (a caller that passes it masks them)."""
+        out = self(input_ids, attention_mask, replay=replay, capture_routing=capture_routing, logits_from=logits_from)
         picked, at = next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)
         return picked, at, out.routed_experts

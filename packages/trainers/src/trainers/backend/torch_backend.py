@@ -92,7 +92,8 @@ class TorchBackend(OptimisedModule):
         self, model: MoEForCausalLM, micro: TrainBatch, replay: bool, top_k: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, t-1] log-probs, [b, t-1, K] log-probs of the teacher's top-k ids when `top_k` and the batch has
-        them, else None)."""
+        them, else None). Only response positions are computed: entries before a row's first response token are
+        meaningless (every consumer masks them with the response mask)."""
         micro = micro.to(self._device)
         if self.true_on_policy:
             return self._invariant_forward(model, micro, top_k), None
@@ -105,7 +106,12 @@ class TorchBackend(OptimisedModule):
         bf16 = self.compute_dtype == "bfloat16"
         with torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
             log_probs, at, _ = model.token_log_probs_at(
-                micro.input_ids, micro.attention_mask, at_ids, temperature=self.temperature, replay=routing
+                micro.input_ids,
+                micro.attention_mask,
+                at_ids,
+                temperature=self.temperature,
+                replay=routing,
+                logits_from=(micro.prompt_lengths - 1).clamp(min=0),  # the first response token's logits onwards
             )
         return log_probs.float(), None if at is None else at.float()
 
