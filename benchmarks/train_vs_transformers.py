@@ -8,9 +8,10 @@ temperature 1, a token-mean clipped-ratio loss, backward, one AdamW step per bat
 implementations, which it prints). Two shapes, both the tiny preset: the default task's (32 prompts x 8 samples,
 prompts of 10-16 tokens, responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as
 `configs/longtail.toml` draws them). The machine's peak is a large float32 matmul at the same thread count, timed in
-the same run; `ours % of peak` counts the matmul FLOPs of the projections, experts, router and head (forward and
-backward: 6 per parameter per token, on real tokens; attention scores, the mismatch forward and padding not
-counted).
+the same run. The two steps alternate (ours, theirs, ours, ...), so that load from elsewhere slows both alike.
+`ours % of peak` counts the model's matmul FLOPs, those of the projections, experts, router and head
+(forward and backward: 6 per active parameter per real token, every token through every layer, also where ours
+skips work; attention scores, the mismatch forward and padding not counted).
 
 Run: `uv run python benchmarks/train_vs_transformers.py [--steps 10] [--threads 1]`. One line per shape, the last:
 `train tokens/s ours <a> vs transformers <b> (<r>x)  peak <p> GFLOP/s  ours <m>% of peak` for each shape.
@@ -43,13 +44,21 @@ LR = 1e-5
 
 def median_seconds(step: Callable[[], None], steps: int) -> float:
     """Median wall time of `steps` calls after one warm-up call."""
-    step()
-    times = []
+    return interleaved_medians([step], steps)[0]
+
+
+def interleaved_medians(runs: list[Callable[[], None]], steps: int) -> list[float]:
+    """Median wall time of each of `runs`, called in turn `steps` times after one warm-up call each, so that a
+    noisy neighbour on the machine slows all of them alike."""
+    for run in runs:
+        run()
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for run, out in zip(runs, times, strict=True):
+            t0 = time.perf_counter()
+            run()
+            out.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def ours_step(model: MoEForCausalLM, batch: TrainBatch, max_new_tokens: int) -> Callable[[], None]:
@@ -122,8 +131,8 @@ def main() -> None:
             tokens = int(batch.attention_mask.sum())
             print(f"{name}: {batch.batch_size} rows, {tokens} tokens", flush=True)
             ours_model = make_model()
-            ours = tokens / median_seconds(ours_step(ours_model, batch, max_new), args.steps)
-            theirs = tokens / median_seconds(transformers_step(checkpoint, batch), args.steps)
+            runs = [ours_step(ours_model, batch, max_new), transformers_step(checkpoint, batch)]
+            ours, theirs = (tokens / sec for sec in interleaved_medians(runs, args.steps))
             share = 100 * ours * flops_per_token(ours_model) / (peak * 1e9)
             print(
                 f"  ours {ours:8.0f} tokens/s  transformers {theirs:8.0f} tokens/s  ({ours / theirs:.2f}x)", flush=True
