@@ -15,9 +15,11 @@ Ours comes from the apps' own validation (the engine, greedy); TRL's trained mod
 `rl_tasks.evaluate_greedy`, and the base through both paths is printed so that the two can be compared.
 Last line: `samples/s sync <r1>x async <r2>x vs trl  val-acc after <n> samples: ours <a> trl <b>`, where the
 ratios are ours over TRL's and `ours` is sync_ppo's accuracy (the on-policy recipe TRL's matches; async's is on
-the line above).
+the line above). With `--seeds N` every system runs seeds `seed .. seed + N - 1` and the last line gives the mean
+and the sample standard deviation over the seeds of each ratio and accuracy (`mean+-std`).
 
-Usage: `uv run python benchmarks/vs_trl.py [--steps 20] [--seed 0] [--config configs/longtail.toml --max-staleness 4]`
+Usage: `uv run python benchmarks/vs_trl.py [--steps 20] [--seed 0] [--seeds 1] [--config configs/longtail.toml
+--max-staleness 4]`
 (with a recipe file, all three run its task, shape and optimiser; the trainer-only keys, such as
 `backend.experts_kernel`, are ours alone).
 """
@@ -27,10 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -70,27 +74,22 @@ def _row(name: str, samples_per_s: float, acc: float | None, wall_s: float) -> s
     return f"{name:10s} {samples_per_s:8.1f} samples/s  val acc {shown}  end to end {wall_s:6.1f} s"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=20, help="optimiser steps of each system")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", default="", help="a recipe file all three run (e.g. configs/longtail.toml)")
-    p.add_argument("--max-staleness", type=int, default=1, help="async_ppo's pipeline.max_staleness")
-    args = p.parse_args()
-    if args.steps < 2:
-        raise SystemExit(f"--steps: expected >= 2 (step 1 is left out of samples/s), got {args.steps}")
-    python = build_trl_env()
-    from rl_tasks.warmup import ensure_base_checkpoint
-    from sync_ppo.cli import parse
+@dataclass(frozen=True)
+class SeedResult:
+    """One seed of all three systems: samples/s and greedy validation accuracy after the same samples."""
 
-    cfg, _ = parse(["--config", args.config] if args.config else [])
-    base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
-    n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    seed: int
+    sync: Measured
+    asyn: Measured
+    trl: dict[str, float]
+
+
+def run_seed(args: argparse.Namespace, python: Path, seed: int, tmp: Path) -> SeedResult:
     # async_vs_sync's own arguments; both apps' trainers at their default of one thread
     ours = argparse.Namespace(
         steps=args.steps,
         val_every=args.steps,
-        seed=args.seed,
+        seed=seed,
         target=2.0,
         trainer_threads=1,
         sync_threads=1,
@@ -98,24 +97,63 @@ def main() -> None:
         config=args.config,
         flags=[],
     )
+    sync: Measured = run_sync(ours, tmp, seed)
+    print(_row(f"sync_ppo s{seed}", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
+    asyn: Measured = run_async(ours, tmp, seed)
+    print(_row(f"async_ppo s{seed}", asyn.samples_per_s, asyn.final_val_acc, asyn.wall_s), flush=True)
+    trl = run_trl(python, args.steps, seed, tmp / f"trl-{seed}", args.config)
+    print(_row(f"trl s{seed}", trl["samples_per_s"], trl["val_acc"], trl["wall_s"]), flush=True)
+    return SeedResult(seed, sync, asyn, trl)
+
+
+def _spread(values: list[float], digits: int, suffix: str = "") -> str:
+    """`mean` for one value, `mean+-std` (sample standard deviation) for several."""
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}{suffix}"
+    return f"{mean:.{digits}f}+-{statistics.stdev(values):.{digits}f}{suffix}"
+
+
+def _accuracy(m: Measured) -> float:
+    if m.final_val_acc is None:
+        raise ValueError("vs_trl: expected a final validation accuracy from the app's run, got none")
+    return m.final_val_acc
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20, help="optimiser steps of each system")
+    p.add_argument("--seed", type=int, default=0, help="the first seed")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per system (seed, seed + 1, ...)")
+    p.add_argument("--config", default="", help="a recipe file all three run (e.g. configs/longtail.toml)")
+    p.add_argument("--max-staleness", type=int, default=1, help="async_ppo's pipeline.max_staleness")
+    args = p.parse_args()
+    if args.steps < 2:
+        raise SystemExit(f"--steps: expected >= 2 (step 1 is left out of samples/s), got {args.steps}")
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds: expected >= 1, got {args.seeds}")
+    python = build_trl_env()
+    from rl_tasks.warmup import ensure_base_checkpoint
+    from sync_ppo.cli import parse
+
+    cfg, _ = parse(["--config", args.config] if args.config else [])
+    base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+    n = args.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
-        sync: Measured = run_sync(ours, Path(tmp), 0)
-        print(_row("sync_ppo", sync.samples_per_s, sync.final_val_acc, sync.wall_s), flush=True)
-        asyn: Measured = run_async(ours, Path(tmp), 0)
-        print(_row("async_ppo", asyn.samples_per_s, asyn.final_val_acc, asyn.wall_s), flush=True)
-        trl = run_trl(python, args.steps, args.seed, Path(tmp) / "trl", args.config)
-    print(_row("trl", trl["samples_per_s"], trl["val_acc"], trl["wall_s"]))
-    print(f"base (warm-up) greedy val acc: {base.val_accuracy:.3f} (warm-up), {trl['base_acc']:.3f} (evaluate_greedy)")
-    print(f"async_ppo val acc after {n} samples: {_fmt(asyn.final_val_acc)}")
+        runs = [run_seed(args, python, seed, Path(tmp)) for seed in range(args.seed, args.seed + args.seeds)]
     print(
-        f"samples/s sync {sync.samples_per_s / trl['samples_per_s']:.2f}x async "
-        f"{asyn.samples_per_s / trl['samples_per_s']:.2f}x vs trl  val-acc after {n} samples: "
-        f"ours {_fmt(sync.final_val_acc)} trl {trl['val_acc']:.3f}"
+        f"base (warm-up) greedy val acc: {base.val_accuracy:.3f} (warm-up), {runs[0].trl['base_acc']:.3f} "
+        "(evaluate_greedy)"
     )
-
-
-def _fmt(acc: float | None) -> str:
-    return "n/a" if acc is None else f"{acc:.3f}"
+    print(f"async_ppo val acc after {n} samples: {_spread([_accuracy(r.asyn) for r in runs], 3)}")
+    sync_x = [r.sync.samples_per_s / r.trl["samples_per_s"] for r in runs]
+    async_x = [r.asyn.samples_per_s / r.trl["samples_per_s"] for r in runs]
+    seeds = f" ({len(runs)} seeds, mean+-std)" if len(runs) > 1 else ""
+    ours, trl = _spread([_accuracy(r.sync) for r in runs], 3), _spread([r.trl["val_acc"] for r in runs], 3)
+    print(
+        f"samples/s sync {_spread(sync_x, 2, 'x')} async {_spread(async_x, 2, 'x')} vs trl  val-acc after {n} samples: "
+        f"ours {ours} trl {trl}{seeds}"
+    )
 
 
 if __name__ == "__main__":
