@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backend_step_time import make_batch, make_model
+from moe_models import MoEForCausalLM
 from trainers import TrainBatch, TrainLoopConfig, train_step
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
@@ -42,6 +43,11 @@ def long_tail_batch(model: torch.nn.Module) -> TrainBatch:
         trace_length(src.min_len + int(rng.choice(len(src.length_probs), p=src.length_probs))) + 1 for _ in range(16)
     ]
     return make_batch(model, 16, 4, response_lengths=[n for n in lengths for _ in range(4)])
+
+
+def benchmark_shapes(model: MoEForCausalLM) -> dict[str, tuple[TrainBatch, int]]:
+    """The two batches every train-step benchmark times, by name, each with its max new tokens."""
+    return {"default 32x8": (make_batch(model, 32, 8), 12), "long-tail 16x4": (long_tail_batch(model), 305)}
 
 
 def seconds_per_step(batch: TrainBatch, kernel: str, budget: int, steps: int, max_new_tokens: int) -> float:
@@ -64,8 +70,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: the apps' trainer default)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    model = make_model()
-    shapes = {"default 32x8": (make_batch(model, 32, 8), 12), "long-tail 16x4": (long_tail_batch(model), 305)}
+    shapes = benchmark_shapes(make_model())
     ratios = []
     for name, (batch, max_new) in shapes.items():
         rows = batch.input_ids.shape[0]

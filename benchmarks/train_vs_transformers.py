@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backend_step_time import make_batch, make_model
+from backend_step_time import make_model
 from moe_models import MoEForCausalLM, save_pretrained
-from train_step_speed import long_tail_batch
+from train_step_speed import benchmark_shapes
 from trainers import TrainBatch, TrainLoopConfig, train_step
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
@@ -121,8 +121,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak = peak_gflops()
     print(f"peak: {peak:.1f} GFLOP/s (float32 2048^3 matmul, {args.threads} thread(s))", flush=True)
-    probe = make_model()
-    shapes = {"default 32x8": (make_batch(probe, 32, 8), 12), "long-tail 16x4": (long_tail_batch(probe), 305)}
+    shapes = benchmark_shapes(make_model())
     summary = []
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "ckpt"
