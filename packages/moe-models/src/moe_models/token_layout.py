@@ -14,8 +14,9 @@ class TokenLayout:
     int64 row of each.
 
     `pack` and `unpack` move a per-token tensor between the grid `[B, T, ...]` and the packed `[N, ...]` form; a
-    padding cell unpacks as zeros. Per-token ops give the same values packed or not (each row is computed from its
-    own inputs), so a packed forward equals the padded one at every real token, without computing the padding.
+    padding cell unpacks as zeros. A per-token op computes each row from that row alone, so a packed forward gives
+    every real token the padded forward's values (to float rounding: a matmul's rounding may depend on its row
+    count) without computing the padding.
     """
 
     batch: int
