@@ -47,7 +47,7 @@ def make_inputs(work: Path) -> None:
     ids[mask == 0] = 0
     with torch.no_grad():
         routed = other(ids, mask, capture_routing=True).routed_experts  # [B, T, L, K]
-    rows = torch.ones(B, T, dtype=torch.bool)
+    rows = mask.bool()  # padding is not computed, so it records no routing
     rows[2, 4:] = False  # recorded for its first 4 positions only
     weights = torch.rand(B, T - 1) * mask[:, 1:]
     torch.save({"ids": ids, "mask": mask, "routed": routed, "rows": rows, "weights": weights}, work / "batch.pt")
