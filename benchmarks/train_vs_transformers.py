@@ -75,8 +75,10 @@ def transformers_step(checkpoint: Path, batch: TrainBatch) -> Callable[[], None]
     impl = (model.config._attn_implementation, getattr(model.config, "_experts_implementation", None))
     print(f"  transformers {type(model).__name__}: attention {impl[0]}, experts {impl[1]}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    lengths = batch.seq_lengths.tolist()
-    micro = [select_rows(batch, rows) for rows in split_by_token_budget(lengths, range(batch.batch_size), 2048)]
+    lengths, budget = batch.seq_lengths.tolist(), TrainLoopConfig().micro_batch_tokens  # ours' split
+    micro = [select_rows(batch, rows) for rows in split_by_token_budget(lengths, range(batch.batch_size), budget)]
+    ppo = PPOConfig()
+    low, high = 1 - ppo.clip_low, 1 + ppo.clip_high
     advantages = torch.randn(batch.batch_size, generator=torch.Generator().manual_seed(0))
     total_tokens = float(batch.response_mask.sum())
 
@@ -86,7 +88,7 @@ def transformers_step(checkpoint: Path, batch: TrainBatch) -> Callable[[], None]
             log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1)
             ratio = torch.exp(log_probs - mb.rollout_log_probs)
             adv = advantages[: mb.batch_size, None]
-            surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)  # our clip range
             loss = -(surrogate * mb.response_mask).sum() / total_tokens
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
