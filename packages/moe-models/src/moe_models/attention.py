@@ -67,12 +67,8 @@ class Attention(nn.Module):
         Projections run on the tokens; scores run on the [B, T] grid (padding cells and unwanted queries hold
         zeros, and no real query attends to padding). Returns [M, hidden] (M = N without `queries`)."""
         asked = layout if queries is None else layout.subset(queries)
-        if queries is None:
-            q = self.query(h, cos, signed_sin)  # [N, H, D]; q before k and v, as `project` orders them
-        else:
-            q = self.query(
-                h.index_select(0, queries), cos.index_select(0, queries), signed_sin.index_select(0, queries)
-            )
+        rows = (h, cos, signed_sin) if queries is None else (t.index_select(0, queries) for t in (h, cos, signed_sin))
+        q = self.query(*rows)  # [M, H, D]; q before k and v, as `project` orders them
         k, v = self.key_value(h, cos, signed_sin)  # [N, KVH, D] each
         q = asked.unpack(q).transpose(1, 2)  # [B, H, T, D]
         k = layout.unpack(k).transpose(1, 2).repeat_interleave(self.group_size, dim=1)  # [B, H, T, D]

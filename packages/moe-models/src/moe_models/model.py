@@ -132,13 +132,12 @@ class MoEForCausalLM(nn.Module):
 
     @staticmethod
     def _attention_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """[B, 1, T, T] bool, True = may attend; `attention_mask`'s shape is checked by `TokenLayout.of`."""
         batch, seq = input_ids.shape
         pos = torch.arange(seq, device=input_ids.device)
         causal = pos[None, :] <= pos[:, None]  # [T(query), T(key)]
         if attention_mask is None:
             return causal[None, None].expand(batch, 1, seq, seq)
-        if tuple(attention_mask.shape) != (batch, seq):
-            raise ValueError(f"attention_mask: got shape {tuple(attention_mask.shape)}, expected {(batch, seq)}")
         allowed = causal[None, None] & attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, T, T]
         # A query with no visible key (only in all-padding rows) sees itself, keeping its softmax finite.
         diagonal = torch.eye(seq, dtype=torch.bool, device=input_ids.device)[None, None]
