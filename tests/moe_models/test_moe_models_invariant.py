@@ -1,13 +1,15 @@
-"""The invariant forward: a position's result does not depend on what follows it or on autograd, and it is the
-model's own function (equal to the batched forward up to float rounding)."""
+"""The batch-invariant forward: a position's result does not depend on what follows it, on the other sequences of
+the batch, on padding or on autograd, and it is the model's own function (equal to the normal forward up to float
+rounding)."""
 
 from __future__ import annotations
 
-import itertools
-
 import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moe_models import MoEConfig, MoEForCausalLM
-from moe_models.invariant import InvariantState, invariant_log_probs, invariant_step
+from moe_models.invariant_ops import invariant_attention, invariant_experts, invariant_linear
 
 
 def _model() -> MoEForCausalLM:
@@ -15,46 +17,104 @@ def _model() -> MoEForCausalLM:
     return MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=48)).eval()
 
 
-IDS = [1, 7, 3, 44, 9, 9, 2, 30, 5, 11, 6]
+IDS = [1, 7, 3, 44, 9, 9, 2, 30, 5, 11, 6, 17, 40, 2, 8, 8, 31, 12, 3, 19, 25, 4]
+
+
+def _alone(model: MoEForCausalLM, ids: list[int], temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    lp, routed = model.token_log_probs(
+        torch.tensor([ids]), None, temperature=temperature, capture_routing=True, invariant=True
+    )
+    return lp[0], routed[0]
 
 
 def test_a_prefix_gives_bitwise_the_log_probs_and_routing_of_the_whole_sequence_there():
     model = _model()
     with torch.no_grad():
-        whole, routed = invariant_log_probs(model, IDS)
-        part, routed_part = invariant_log_probs(model, IDS[:6])
-    assert torch.equal(whole[:5], part)
-    assert torch.equal(routed[:5], routed_part)
+        whole, routed = _alone(model, IDS)
+        for cut in (2, 6, 17):
+            part, routed_part = _alone(model, IDS[:cut])
+            assert torch.equal(whole[: cut - 1], part)
+            assert torch.equal(routed[:cut], routed_part)
+
+
+def test_a_sequence_in_a_padded_batch_gets_bitwise_its_values_alone():
+    model = _model()
+    rows = [IDS[:9], IDS, IDS[3:8], IDS[5:]]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    with torch.no_grad():
+        lp, routed = model.token_log_probs(ids, mask, temperature=0.7, capture_routing=True, invariant=True)
+        for b, r in enumerate(rows):
+            alone, routed_alone = _alone(model, r, 0.7)
+            assert torch.equal(lp[b, : len(r) - 1], alone)
+            assert torch.equal(routed[b, : len(r)], routed_alone)
 
 
 def test_autograd_does_not_change_a_bit_and_gradients_flow():
     model = _model()
+    ids = torch.tensor([IDS])
     with torch.no_grad():
-        plain, _ = invariant_log_probs(model, IDS, temperature=0.7, start=4)
-    graded, _ = invariant_log_probs(model, IDS, temperature=0.7, start=4)
+        plain, _ = model.token_log_probs(ids, None, temperature=0.7, invariant=True)
+    graded, _ = model.token_log_probs(ids, None, temperature=0.7, invariant=True)
     assert torch.equal(plain, graded.detach())
     graded.sum().backward()
-    assert model.lm_head.weight.grad is not None and model.model.layers[1].mlp.experts.gate_up_proj.grad.abs().sum() > 0
+    assert model.lm_head.weight.grad is not None
+    assert model.model.layers[1].mlp.experts.gate_up_proj.grad.abs().sum() > 0
+    assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
 
 
 def test_the_invariant_forward_is_the_model_up_to_rounding():
     model = _model()
     ids = torch.tensor([IDS])
     with torch.no_grad():
-        batched, routed = model.token_log_probs(ids, None, capture_routing=True)
-        invariant, inv_routed = invariant_log_probs(model, IDS)
-    torch.testing.assert_close(invariant, batched[0], rtol=0, atol=1e-5)
-    assert torch.equal(inv_routed, routed[0, :-1])
+        normal, routed = model.token_log_probs(ids, None, capture_routing=True)
+        invariant, inv_routed = model.token_log_probs(ids, None, capture_routing=True, invariant=True)
+    torch.testing.assert_close(invariant, normal, rtol=0, atol=1e-5)
+    assert torch.equal(inv_routed, routed)
 
 
-def test_a_step_by_step_decode_equals_the_sequence_recompute():
-    model = _model()
-    state = InvariantState()
-    with torch.no_grad():
-        steps = []
-        for t, n in itertools.pairwise(IDS):
-            logits, _ = invariant_step(model, t, state)
-            steps.append(logits[None].log_softmax(-1)[0, n])
-        whole, _ = invariant_log_probs(model, IDS)
-    assert torch.equal(torch.stack(steps), whole)
-    assert state.length == len(IDS) - 1
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 70), start=st.integers(0, 30))
+def test_invariant_linear_gives_each_row_the_same_bits_whatever_its_neighbours(n: int, start: int):
+    torch.manual_seed(1)
+    x, w = torch.randn(100, 40), torch.randn(24, 40)
+    full = invariant_linear(x, w)
+    assert torch.equal(invariant_linear(x[start : start + n], w), full[start : start + n])
+    torch.testing.assert_close(full, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(t=st.integers(0, 39), extra=st.integers(0, 40))
+def test_invariant_attention_ignores_keys_past_a_query_and_their_count(t: int, extra: int):
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 2, 40, 8), torch.randn(1, 2, 80, 8), torch.randn(1, 2, 80, 8)
+    causal = torch.arange(80)[None, :] <= torch.arange(40)[:, None]  # [40, 80]
+    whole = invariant_attention(q, k, v, causal[None], 0.5)[:, :, t]
+    keys = t + 1 + extra
+    one = invariant_attention(q[:, :, t : t + 1], k[:, :, :keys], v[:, :, :keys], causal[None, t : t + 1, :keys], 0.5)
+    assert torch.equal(one[:, :, 0], whole)
+    probs = torch.softmax(torch.einsum("hd,hld->hl", q[0, :, t], k[0, :, : t + 1]) * 0.5, dim=-1)  # [H, t + 1]
+    reference = torch.einsum("hl,hld->hd", probs, v[0, :, : t + 1])
+    torch.testing.assert_close(whole[0], reference, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 400), seed=st.integers(0, 1000))
+def test_invariant_experts_give_the_same_bits_gathered_or_per_expert(n: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    experts, hidden, inner = 8, 32, 24
+    gate_up, down = (
+        torch.randn(experts, 2 * inner, hidden, generator=gen),
+        torch.randn(experts, hidden, inner, generator=gen),
+    )
+    x, weights = torch.randn(n, hidden, generator=gen), torch.rand(n, 2, generator=gen)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:2] for _ in range(n)])
+    gathered = invariant_experts(gate_up, down, x, ids, weights, gathered=True)
+    per_expert = invariant_experts(gate_up, down, x, ids, weights, gathered=False)
+    assert torch.equal(gathered, per_expert)
+    reference = torch.zeros_like(x)
+    for k in range(2):
+        g, u = torch.einsum("nh,nih->ni", x, gate_up[ids[:, k]]).chunk(2, dim=-1)
+        reference += weights[:, k, None] * torch.einsum("ni,nhi->nh", F.silu(g) * u, down[ids[:, k]])
+    torch.testing.assert_close(gathered, reference, rtol=1e-4, atol=1e-4)

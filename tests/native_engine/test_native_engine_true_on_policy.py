@@ -1,5 +1,6 @@
-"""True on-policy mode: the engine samples with the invariant forward, so the trainer's recompute of every sampled
-token equals the engine's log-prob and routing bit for bit, across batches, prompt lengths and a weight update."""
+"""True on-policy mode: the engine samples with batch-invariant ops, so the trainer's recompute of every sampled
+token (its padded batch, with autograd) equals the engine's log-prob and routing bit for bit, across batches,
+prompt lengths, slots and a weight update."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from moe_models.invariant import invariant_log_probs
 from native_engine import EngineConfig, NativeEngine
 from native_engine.testing import tiny_model
 from rollout_core import SamplingParams
@@ -32,11 +32,16 @@ def test_the_trainer_recompute_equals_the_sampled_log_probs_and_routing_bit_for_
     model = tiny_model()
     engine = NativeEngine(model, EngineConfig(slots=3, eos_token_ids=()), max_len=32, true_on_policy=True)
     for round_ in range(2):
-        for prompt, seg in zip(PROMPTS, _generate(engine, f"r{round_}-", temperature), strict=True):
-            ids = prompt + list(seg.token_ids)
-            lp, routed = invariant_log_probs(model, ids, temperature, start=len(prompt))
-            assert torch.equal(lp.detach(), torch.tensor(seg.log_probs, dtype=torch.float32))
-            assert np.array_equal(routed.numpy(), seg.routed_experts.astype(np.int64))
+        segments = _generate(engine, f"r{round_}-", temperature)
+        rows = [prompt + list(seg.token_ids) for prompt, seg in zip(PROMPTS, segments, strict=True)]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        lp, routed = model.token_log_probs(ids, mask, temperature=temperature, capture_routing=True, invariant=True)
+        for b, (prompt, seg) in enumerate(zip(PROMPTS, segments, strict=True)):
+            end = len(rows[b]) - 1
+            assert torch.equal(lp[b, len(prompt) - 1 : end].detach(), torch.tensor(seg.log_probs, dtype=torch.float32))
+            assert np.array_equal(routed[b, :end].numpy(), seg.routed_experts.astype(np.int64))
         asyncio.run(engine.update_weights({k: v * 1.01 for k, v in model.state_dict().items()}, round_ + 1))
 
 

@@ -5,7 +5,9 @@ Ops per layer, in order: `attn_out` (the attention block's output, before the re
 layers: the router's logits, `[tokens, experts]`), `topk` (MoE layers: the chosen expert ids, sorted per token),
 `mlp_out` (the dense MLP's or the MoE block's output, before the residual) and `hidden` (the layer's output). Before
 the layers: `embed`; after them: `logits`. Every value is per token, `[tokens, ...]` (the `[B, T]` input flattened
-row-major). The model routes by itself (no replay): a routing flip shows up as a `topk` difference.
+row-major). The model routes by itself (no replay): a routing flip shows up as a `topk` difference. The points are
+those the decoder reports to its context's trace hook (`ForwardContext.record`), so the trace is the model's own
+forward, not a copy of it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from moe_models.model import MoEForCausalLM
-from moe_models.moe import SparseMoeBlock
 
 OPS = ("attn_out", "router_logits", "topk", "mlp_out", "hidden")
 
@@ -42,37 +42,13 @@ def trace_forward(
     """One forward of `input_ids` `[B, T]` (no padding) recorded at the ops above, for `layers` (None: every layer;
     `embed` and `logits` always). The model's dtype and ops are its own: a bf16 model records bf16 results (cast to
     float32 for comparison)."""
-    wanted = set(range(model.config.num_hidden_layers)) if layers is None else set(layers)
+    last = model.config.num_hidden_layers
+    wanted = set(range(last)) if layers is None else set(layers)
     points: list[TracePoint] = []
-    handles = []
 
-    def hook(layer: int, op: str):  # type: ignore[no-untyped-def]
-        def record(module: torch.nn.Module, args: tuple, output: object) -> None:  # type: ignore[type-arg]
-            value = output[0] if isinstance(output, tuple) else output
-            points.append(TracePoint(layer, op, _keep(value)))  # type: ignore[arg-type]
+    def record(layer: int, op: str, value: torch.Tensor) -> None:
+        if layer in wanted or layer in (-1, last):
+            points.append(TracePoint(layer, op, _keep(value)))
 
-        return record
-
-    def router_hook(layer: int):  # type: ignore[no-untyped-def]
-        def record(module: torch.nn.Module, args: tuple, output: tuple) -> None:  # type: ignore[type-arg]
-            points.append(TracePoint(layer, "router_logits", _keep(F.linear(args[0], module.weight))))
-            points.append(TracePoint(layer, "topk", _keep(output[1].sort(dim=-1).values)))
-
-        return record
-
-    handles.append(model.model.embed_tokens.register_forward_hook(hook(-1, "embed")))
-    for i, layer in enumerate(model.model.layers):
-        if i not in wanted:
-            continue
-        handles.append(layer.self_attn.register_forward_hook(hook(i, "attn_out")))
-        if isinstance(layer.mlp, SparseMoeBlock):
-            handles.append(layer.mlp.gate.register_forward_hook(router_hook(i)))
-        handles.append(layer.mlp.register_forward_hook(hook(i, "mlp_out")))
-        handles.append(layer.register_forward_hook(hook(i, "hidden")))
-    handles.append(model.lm_head.register_forward_hook(hook(model.config.num_hidden_layers, "logits")))
-    try:
-        model(input_ids)
-    finally:
-        for h in handles:
-            h.remove()
+    model(input_ids, trace=record)
     return points

@@ -27,3 +27,13 @@ def next_token_log_probs(
             )
         at = shifted.gather(-1, at_ids) - norm
     return picked.squeeze(-1), at
+
+
+def sampled_token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float) -> torch.Tensor:
+    """`next_token_log_probs`' values by the native sampler's own formula, `log_softmax(logits / T)` at the token,
+    row by row: logits `[B, T, V]`, input_ids `[B, T]` -> `[B, T-1]` float32. True on-policy mode uses it so that a
+    recomputed log-prob equals the sampled one bit for bit."""
+    if not temperature > 0:
+        raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
+    scaled = logits[:, :-1].float() / temperature
+    return scaled.log_softmax(dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)

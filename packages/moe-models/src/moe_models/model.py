@@ -7,7 +7,9 @@ from torch import nn
 
 from moe_models.config import MoEConfig
 from moe_models.decoder_layer import DecoderLayer
-from moe_models.log_probs import next_token_log_probs
+from moe_models.forward_context import ForwardContext, TraceHook
+from moe_models.grid_context import GridContext
+from moe_models.log_probs import next_token_log_probs, sampled_token_log_probs
 from moe_models.moe import Experts, TopKRouter
 from moe_models.norm import RMSNorm
 from moe_models.output import CausalLMOutput
@@ -69,14 +71,17 @@ class MoEForCausalLM(nn.Module):
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
         logits_from: torch.Tensor | None = None,
+        invariant: bool = False,
+        trace: TraceHook | None = None,
     ) -> CausalLMOutput:
         """input_ids: [B, T] int64; attention_mask: [B, T] (1 = real token, right padding) or None.
 
-        Positions are 0..T-1 in every row. Only real tokens are computed (`TokenLayout`: attention runs on the
+        Positions are 0..T-1 in every row. Only real tokens are computed (`GridContext`: attention runs on the
         grid, every other op on the real tokens alone); padding cells of the logits and of the routing are zeros.
         `logits_from` [B] int64: the first position of each row whose logits are wanted (None: every position);
         the last layer runs only the wanted positions (the others lend it their keys and values), so the earlier
-        ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
+        ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`. `invariant`:
+        batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: got shape {tuple(input_ids.shape)}, expected [B, T]")
@@ -89,29 +94,43 @@ class MoEForCausalLM(nn.Module):
         if replay is not None:
             replay.validate(batch, seq, cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
         layout = TokenLayout.of(input_ids, attention_mask)
-        h = self.model.embed_tokens(layout.pack(input_ids))  # [N, hidden]
-        mask = self._attention_mask(input_ids, attention_mask)  # [B, 1, T, T]
-        cos, sin = self.model.rotary_emb(layout.positions, h.dtype)  # [N, D]
-        routed: list[torch.Tensor] = []
-        replay_mask = layout.pack(replay.mask) if replay is not None else None  # [N]
         wanted = self._wanted(layout, logits_from)  # [M] of the N tokens, or None: all
-        last = len(self.model.layers) - 1
-        for i, layer in enumerate(self.model.layers):
-            layer_replay = None
-            if replay is not None and layer.is_moe:
-                layer_replay = layout.pack(replay.ids[:, :, len(routed)]).long()  # [N, K]
-            outputs = wanted if i == last else None
-            h, ids = layer(
-                h, cos, sin, mask, layout, layer_replay, replay_mask if layer_replay is not None else None, outputs
-            )
-            if ids is not None:
-                routed.append(ids)
-        logits = self.lm_head(self.model.norm(h))  # [M, V]
-        logits = (layout if wanted is None else layout.subset(wanted)).unpack(logits)  # [B, T, V]
+        ctx = GridContext(
+            layout,
+            attention_mask,
+            last_layer=cfg.num_hidden_layers - 1,
+            last_layer_queries=wanted,
+            replay=replay,
+            invariant=invariant,
+            trace=trace,
+        )
+        h, routed = self.decode(layout.pack(input_ids), ctx)  # [M, hidden]
+        logits = (layout if wanted is None else layout.subset(wanted)).unpack(self.logits(h, ctx))  # [B, T, V]
         routed_experts = None
         if capture_routing:
-            routed_experts = layout.unpack(self._stack_routing(routed, layout.num_tokens))  # [B, T, L_moe, K]
+            routed_experts = layout.unpack(self.stack_routing(routed, layout.num_tokens))  # [B, T, L_moe, K]
         return CausalLMOutput(logits=logits, routed_experts=routed_experts)
+
+    def decode(self, input_ids: torch.Tensor, ctx: ForwardContext) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The decoder, written once for every context: input_ids [N] int64 (the context's tokens) -> (hidden
+        states after the last layer [M, hidden], before the final norm, for the rows of the last layer's
+        `ctx.queries`; per MoE layer, the chosen expert ids [rows of that layer, K] int64)."""
+        h = self.model.embed_tokens(input_ids)  # [N, hidden]
+        ctx.record(-1, "embed", h)
+        cos, sin = self.model.rotary_emb(ctx.positions, h.dtype)  # [N, D]
+        routed: list[torch.Tensor] = []
+        for layer in self.model.layers:
+            replay = ctx.replay(len(routed)) if layer.is_moe else None
+            h, ids = layer(h, cos, sin, ctx, replay)
+            if ids is not None:
+                routed.append(ids)
+        return h, routed
+
+    def logits(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """lm_head(norm(h)): h [M, hidden] from `decode` -> [M, V] in the model's dtype."""
+        logits = ctx.linear(self.model.norm(h), self.lm_head.weight)
+        ctx.record(self.config.num_hidden_layers, "logits", logits)
+        return logits
 
     @staticmethod
     def _wanted(layout: TokenLayout, logits_from: torch.Tensor | None) -> torch.Tensor | None:
@@ -123,25 +142,12 @@ class MoEForCausalLM(nn.Module):
         first = logits_from.to(layout.rows.device).index_select(0, layout.rows)  # [N]
         return (layout.positions >= first).nonzero().squeeze(1)
 
-    def _stack_routing(self, routed: list[torch.Tensor], num_tokens: int) -> torch.Tensor:
+    def stack_routing(self, routed: list[torch.Tensor], num_tokens: int) -> torch.Tensor:
         """[num_tokens, L_moe, K] int64 from per-MoE-layer [num_tokens, K] ids (L_moe may be 0)."""
         if not routed:
             device = self.lm_head.weight.device
             return torch.zeros(num_tokens, 0, self.config.num_experts_per_tok, dtype=torch.int64, device=device)
         return torch.stack(routed, dim=1)
-
-    @staticmethod
-    def _attention_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """[B, 1, T, T] bool, True = may attend; `attention_mask`'s shape is checked by `TokenLayout.of`."""
-        batch, seq = input_ids.shape
-        pos = torch.arange(seq, device=input_ids.device)
-        causal = pos[None, :] <= pos[:, None]  # [T(query), T(key)]
-        if attention_mask is None:
-            return causal[None, None].expand(batch, 1, seq, seq)
-        allowed = causal[None, None] & attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, T, T]
-        # A query with no visible key (only in all-padding rows) sees itself, keeping its softmax finite.
-        diagonal = torch.eye(seq, dtype=torch.bool, device=input_ids.device)[None, None]
-        return allowed | (diagonal & ~allowed.any(dim=-1, keepdim=True))
 
     def token_log_probs(
         self,
@@ -151,14 +157,22 @@ class MoEForCausalLM(nn.Module):
         temperature: float = 1.0,
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
+        invariant: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (log_probs [B, T-1] float32, routed [B, T, L_moe, K] or None).
 
         log_probs[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]; entries whose target
-        is padding are computed all the same (the caller masks them).
+        is padding are computed all the same (the caller masks them). `invariant`: batch-invariant ops and the
+        sampler's log-prob formula (true on-policy mode: bitwise the native engine's sampled log-probs).
         """
         log_probs, _, routed = self.token_log_probs_at(
-            input_ids, attention_mask, None, temperature=temperature, replay=replay, capture_routing=capture_routing
+            input_ids,
+            attention_mask,
+            None,
+            temperature=temperature,
+            replay=replay,
+            capture_routing=capture_routing,
+            invariant=invariant,
         )
         return log_probs, routed
 
@@ -172,11 +186,24 @@ class MoEForCausalLM(nn.Module):
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
         logits_from: torch.Tensor | None = None,
+        invariant: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
         `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
         (log_probs [B, T-1], at [B, T-1, K] or None, routed or None). `logits_from` as in `forward`: entries before
-        it are the log-softmax of zero logits (a caller that passes it masks them)."""
-        out = self(input_ids, attention_mask, replay=replay, capture_routing=capture_routing, logits_from=logits_from)
-        picked, at = next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)
+        it are the log-softmax of zero logits (a caller that passes it masks them). `invariant` as in
+        `token_log_probs` (with `at_ids`, `at` keeps `next_token_log_probs`' formula)."""
+        out = self(
+            input_ids,
+            attention_mask,
+            replay=replay,
+            capture_routing=capture_routing,
+            logits_from=logits_from,
+            invariant=invariant,
+        )
+        if not invariant:
+            picked, at = next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)
+            return picked, at, out.routed_experts
+        picked = sampled_token_log_probs(out.logits, input_ids, temperature=temperature)
+        at = None if at_ids is None else next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)[1]
         return picked, at, out.routed_experts

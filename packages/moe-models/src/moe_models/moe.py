@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from moe_models.config import MoEConfig
+from moe_models.forward_context import ForwardContext
 
 ExpertsKernel = Literal["padded", "looped"]
 EXPERTS_KERNELS: tuple[ExpertsKernel, ...] = ("padded", "looped")
@@ -27,21 +28,27 @@ class TopKRouter(nn.Module):
     def forward(
         self,
         h: torch.Tensor,
+        ctx: ForwardContext | None = None,
         replay_ids: torch.Tensor | None = None,
         replay_mask: torch.Tensor | None = None,
+        layer: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: [N, hidden]; replay_ids: [N, K] int64 used where replay_mask [N] is True.
+        """h: [N, hidden]; replay_ids: [N, K] int64 used where replay_mask [N] is True; `ctx` runs the matmul and
+        sees the logits and the choice (as layer `layer`'s `router_logits` and sorted `topk`).
 
         Returns (weights [N, K] in h's dtype, expert ids [N, K] int64). Weights are always gathered from the
         current probabilities at the chosen ids, so under replay the router still receives gradients.
         """
-        logits = F.linear(h, self.weight)  # [N, E]
+        logits = F.linear(h, self.weight) if ctx is None else ctx.linear(h, self.weight)  # [N, E]
         probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         ids = torch.topk(probs, self.top_k, dim=-1).indices  # [N, K]
         if replay_ids is not None:
             if replay_mask is None:
                 raise ValueError("TopKRouter: replay_ids given without replay_mask")
             ids = torch.where(replay_mask[:, None], replay_ids, ids)
+        if ctx is not None:
+            ctx.record(layer, "router_logits", logits)
+            ctx.record(layer, "topk", ids.sort(dim=-1).values)
         weights = probs.gather(1, ids)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -137,20 +144,23 @@ def set_experts_kernel(model: nn.Module, kernel: str) -> None:
 
 
 class SparseMoeBlock(nn.Module):
-    def __init__(self, config: MoEConfig) -> None:
+    def __init__(self, config: MoEConfig, layer_idx: int) -> None:
         super().__init__()
+        self.layer_idx = layer_idx
         self.gate = TopKRouter(config)
         self.experts = Experts(config)
 
     def forward(
         self,
+        x: torch.Tensor,
         h: torch.Tensor,
+        ctx: ForwardContext,
         replay_ids: torch.Tensor | None = None,
         replay_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: [N, hidden] -> (out [N, hidden], expert ids [N, K] int64)."""
-        weights, ids = self.gate(h, replay_ids, replay_mask)
-        return self.experts(h, ids, weights), ids
+        """x: [M, hidden] normed input, h: [M, hidden] residual -> (h + moe(x) [M, hidden], expert ids [M, K])."""
+        weights, ids = self.gate(x, ctx, replay_ids, replay_mask, self.layer_idx)
+        return ctx.add_experts(self.layer_idx, self.experts, h, x, ids, weights), ids
 
 
 class DenseMLP(nn.Module):
@@ -163,5 +173,6 @@ class DenseMLP(nn.Module):
         self.up_proj = nn.Linear(h, i, bias=False)
         self.down_proj = nn.Linear(i, h, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        gate, up = ctx.linear(x, self.gate_proj.weight), ctx.linear(x, self.up_proj.weight)
+        return ctx.linear(F.silu(gate) * up, self.down_proj.weight)

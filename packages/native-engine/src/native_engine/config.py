@@ -35,8 +35,8 @@ def check_run_settings(
 ) -> None:
     """ValueError unless the run's settings of a `NativeEngine` fit: `max_len` (positions per slot: prompt +
     max_new_tokens of one call) >= 1; `num_threads` (torch intra-op threads, process-wide, set when the engine is
-    built) and `step_threads` (those of the engine's step thread) None or >= 1; true on-policy mode (every position
-    computed alone by `moe_models.invariant_step`) fp32 and eager."""
+    built) and `step_threads` (those of the engine's step thread) None or >= 1; true on-policy mode (batch-invariant
+    ops, `moe_models.invariant_ops`) fp32 and eager."""
     if not _positive_int(max_len):
         raise ValueError(f"NativeEngine.max_len: expected an int >= 1, got {max_len!r}")
     for name, value in (("num_threads", num_threads), ("step_threads", step_threads)):

@@ -44,9 +44,10 @@ class NativeEngine:
 
     What the run decides is passed beside the config: `max_len` (positions per slot: prompt + max_new_tokens of
     one call must fit), `seed` (seeds the per-request seeds of calls that pass `SamplingParams.seed=None`),
-    `true_on_policy` (every position computed alone by `moe_models.invariant_step`, so the trainer's
-    `invariant_log_probs` reproduces the sampled log-probs and routing bit for bit), `num_threads` (torch intra-op
-    threads, process-wide, set here; None: keep) and `step_threads`. `knobs` build the config when none is given.
+    `true_on_policy` (every op batch-invariant, `moe_models.invariant_ops`, so the trainer's
+    `token_log_probs(..., invariant=True)` reproduces the sampled log-probs and routing bit for bit),
+    `num_threads` (torch intra-op threads, process-wide, set here; None: keep) and `step_threads`. `knobs` build
+    the config when none is given.
 
     Pause modes (vLLM AsyncLLM's): "abort" ends every queued and in-flight call with `stop_reason=abort`; "keep"
     freezes in-flight calls with their KV cache, and after `resume()` they continue under the weights then loaded

@@ -21,7 +21,6 @@ from routing_state import RoutingSpec
 from native_engine.burst import BurstChunk, BurstSpec, run_burst
 from native_engine.config import EngineConfig, usable_cores
 from native_engine.decode import CachedModel, KVCache
-from native_engine.decode.invariant_model import InvariantCachedModel
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
 from native_engine.scheduler import SchedulePlan
@@ -150,12 +149,11 @@ class ModelRunner:
         cache_dtype = getattr(torch, config.dtype)
         self.cache = KVCache(model.config, config.slots, max_len, dtype=cache_dtype, device=config.device)
         self._lock = threading.Lock()
-        self.cached: CachedModel | InvariantCachedModel = (
-            InvariantCachedModel(self.model)
-            if true_on_policy
-            else CachedModel(
-                self.model, compiled=config.compile_decode, kernel_threads=config.kernel_threads or usable_cores()
-            )
+        self.cached = CachedModel(
+            self.model,
+            compiled=config.compile_decode,
+            kernel_threads=config.kernel_threads or usable_cores(),
+            invariant=true_on_policy,
         )
 
     def _rows(self, routed: torch.Tensor | None) -> np.ndarray | None:

@@ -64,8 +64,8 @@ class RolloutConfig:
 @dataclass
 class NumericsConfig:
     true_on_policy: bool = _help(
-        "the engine samples and the trainer recomputes every position alone with the same ops (moe_models.invariant): "
-        "the trainer's log-probs and routing equal the rollout's bit for bit (fp32, native engine; many times slower)",
+        "the engine samples and the trainer recomputes with batch-invariant ops (moe_models.invariant_ops): the "
+        "trainer's log-probs and routing equal the rollout's bit for bit (fp32, native engine, torch backend)",
         False,
     )
 
@@ -136,19 +136,14 @@ class RecipeConfig:
         if got != ("native", "float32", False):
             raise ValueError(
                 "numerics.true_on_policy: expected rollout.engine native with dtype float32 and compile_decode false "
-                f"(the engine samples with the invariant fp32 forward), got kind, dtype, compile_decode = {got}"
+                f"(the engine samples with the batch-invariant fp32 forward), got kind, dtype, compile_decode = {got}"
             )
         if self.backend.kind != "torch":
             raise ValueError(
-                "numerics.true_on_policy: the trainer recomputes with our invariant forward, so it needs "
+                "numerics.true_on_policy: the trainer recomputes with our batch-invariant forward, so it needs "
                 f"backend.kind torch, got {self.backend.kind}"
             )
         if self.backend.compute_dtype != "float32":
             raise ValueError(
                 f"numerics.true_on_policy: expected backend.compute_dtype float32, got {self.backend.compute_dtype}"
-            )
-        if self.algorithm.kind == "opd" and self.teacher.top_k > 0:
-            raise ValueError(
-                "numerics.true_on_policy: the invariant forward does not score a teacher's top-k ids; "
-                f"expected teacher.top_k 0 with algorithm.kind opd, got {self.teacher.top_k}"
             )

@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from moe_models import MoEForCausalLM
 
 from native_engine.decode import c_kernels
-from native_engine.decode.cached_forward import RoutedExperts, cached_forward, check_call_shape
+from native_engine.decode.cached_forward import cached_forward, check_call_shape
 from native_engine.decode.decode_graph import GraphLayer, compiled_decode_forward, graph_layers
 from native_engine.decode.decode_step import decode_forward
 from native_engine.decode.decode_weights import DecodeWeights, LayerWeights, decode_weights
 from native_engine.decode.expert_kernel import moe_experts
 from native_engine.decode.kv_cache import KVCache
+from native_engine.decode.slot_context import RoutedExperts
 
 
 class CachedModel:
@@ -39,14 +40,22 @@ class CachedModel:
     built (in-place loads, optimizer steps, re-assigned parameters; see `DecodeWeights`).
     """
 
-    def __init__(self, model: MoEForCausalLM, *, compiled: bool = False, kernel_threads: int = 2) -> None:
+    def __init__(
+        self, model: MoEForCausalLM, *, compiled: bool = False, kernel_threads: int = 2, invariant: bool = False
+    ) -> None:
         device = model.lm_head.weight.device
+        if invariant and (compiled or model.lm_head.weight.dtype != torch.float32):
+            raise ValueError(
+                f"CachedModel: true on-policy mode (invariant) expects an eager fp32 model, got compiled={compiled} "
+                f"and {model.lm_head.weight.dtype}"
+            )
         if compiled and device.type != "cpu":
             raise ValueError(f"CachedModel: got a model on {device}, expected cpu for a compiled decode (CPU-only)")
         if isinstance(kernel_threads, bool) or not isinstance(kernel_threads, int) or kernel_threads < 1:
             raise ValueError(f"CachedModel: kernel_threads got {kernel_threads!r}, expected an int >= 1")
         self.model = model
         self._compiled = bool(compiled)
+        self._invariant = invariant
         self._kernel_threads = kernel_threads
         self._weights: DecodeWeights | None = None  # fused copies for the decode step (lazy)
         self._graph_layers: tuple[DecodeWeights, list[GraphLayer]] | None = None  # graph inputs of _weights
@@ -55,6 +64,12 @@ class CachedModel:
     def compiled(self) -> bool:
         """Whether decode calls run through the compiled graph (else the eager `decode_step`)."""
         return self._compiled
+
+    @property
+    def invariant(self) -> bool:
+        """Whether every call runs batch-invariant ops (true on-policy mode): the general cached forward only, so a
+        token's logits and routing are bitwise the trainer's invariant recompute of its sequence."""
+        return self._invariant
 
     @property
     def kernel_threads(self) -> int:
@@ -81,6 +96,8 @@ class CachedModel:
         """
         model = self.model
         slots = check_call_shape(model, input_ids, slot_ids, query_lens, cache)
+        if self._invariant:
+            return cached_forward(model, input_ids, slot_ids, slots, query_lens, cache, None, capture_routing, True)
         if len(slots) == input_ids.numel() and cache.device.type == "cpu" and hasattr(F, "grouped_mm"):
             weights = self._weights = decode_weights(model, self._weights)
             args = (input_ids.to(cache.device), slot_ids.to(cache.device), slots, cache, capture_routing)

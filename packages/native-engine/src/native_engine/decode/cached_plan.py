@@ -22,6 +22,7 @@ class AttentionGroup:
     query_valid: torch.Tensor  # [S_g, Q_g] bool
     key_len: int
     additive_mask: torch.Tensor  # [S_g, 1, G * Q_g, key_len] float32
+    allowed: torch.Tensor  # [S_g, Q_g, key_len] bool, True where additive_mask's query (any head) is 0
     is_identity: bool  # True when token_index.flatten() == arange(N) (every chunk, all valid)
     slot_start: int | None  # s when slots == arange(s, s + S_g), letting keys be read as a view
 
@@ -99,6 +100,7 @@ def _group(
         query_valid=query_valid,
         key_len=key_len,
         additive_mask=mask,
+        allowed=allowed,
         is_identity=is_identity,
         slot_start=first if contiguous else None,
     )

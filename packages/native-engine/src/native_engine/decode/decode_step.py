@@ -1,11 +1,9 @@
 """The eager decode step of `CachedModel.forward`: every chunk is exactly one token.
 
-Same math as the general cached forward (`cached_forward`, to float rounding, ~1e-7 in fp32) with far fewer tensor
-ops per call, since a decode step of a small model is dominated by per-op overhead: one fused q/k/v projection, one
-norm and one rotary pass over all q and k heads together, K/V written with one `index_put_` each into the cache
-viewed as rows, attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read
-in place, and the experts as two grouped matmuls over expert-sorted token copies. A compiled `CachedModel` runs the
-step through `decode_graph` instead (a formulation made for inductor).
+The model's own decoder (`MoEForCausalLM.decode`) runs it under a `DecodeContext`, whose ops are made for a decode
+step of a small model, which per-op overhead dominates: the same math as the general cached forward
+(`cached_forward`, to float rounding, ~1e-7 in fp32) with far fewer tensor ops per call. A compiled `CachedModel`
+runs the step through `decode_graph` instead (a formulation made for inductor).
 """
 
 from __future__ import annotations
@@ -15,11 +13,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from moe_models import MoEForCausalLM
-from moe_models.decoder_layer import DecoderLayer
-from moe_models.moe import SparseMoeBlock
+from moe_models.attention import Attention
+from moe_models.forward_context import ForwardContext
+from moe_models.moe import DenseMLP, Experts
 from moe_models.rope import apply_rotary
 
-from native_engine.decode.cached_forward import stack_routing
 from native_engine.decode.decode_weights import LayerWeights
 from native_engine.decode.kv_cache import KVCache
 
@@ -84,46 +82,100 @@ def decode_geometry(
     return DecodeGeometry(positions, write_rows, key_len, lo, hi - lo, scatter, gather, mask, True)
 
 
-def _attention(
-    layer: DecoderLayer,
-    w: LayerWeights,
+class DecodeContext(ForwardContext):
+    """The decode step's ops of the model's decoder: one fused q/k/v projection with one norm and one rotary pass
+    over all q and k heads together, K/V written with one `index_put_` each into the cache viewed as rows,
+    attention as `baddbmm` (scale and additive mask fused) + softmax + `bmm` over the batch's slots read in place,
+    residual adds fused into `addmm`, and the experts as two grouped matmuls over expert-sorted token copies.
+    weights: per layer, the fused copies (`decode_weights`)."""
+
+    def __init__(self, geo: DecodeGeometry, cache: KVCache, weights: list[LayerWeights]) -> None:
+        super().__init__(geo.positions)
+        self.geo = geo
+        self.cache = cache
+        self.weights = weights
+
+    def project(
+        self,
+        attn: Attention,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        queries: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        w = self.weights[attn.layer_idx]
+        qkv = F.linear(h, w.qkv).view(h.shape[0], heads + 2 * kv_heads, d)
+        eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
+        # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
+        normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(h.dtype) * w.qk_norm
+        qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
+        return qk_rot[:, :heads], qk_rot[:, heads:], qkv[:, heads + kv_heads :]
+
+    def attend(self, layer: int, attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [S, H, D], k/v [S, KVH, D] -> [S, H * D]; writes the tokens' K/V."""
+        geo = self.geo
+        k_cache, v_cache = self.cache.keys[layer], self.cache.values[layer]
+        heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        k_cache.view(-1, d).index_put_((geo.write_rows,), k.to(k_cache.dtype))
+        v_cache.view(-1, d).index_put_((geo.write_rows,), v.to(v_cache.dtype))
+        if geo.scatter is not None:
+            q = q.new_zeros(geo.num_rows, heads, d).index_copy_(0, geo.scatter, q)
+        q = q.reshape(geo.num_rows * kv_heads, attn.group_size, d)  # query head h reads kv head h // group_size
+        if geo.gather is None:
+            rows = slice(geo.lo, geo.lo + geo.num_rows)
+            keys, values = k_cache[rows, :, : geo.key_len], v_cache[rows, :, : geo.key_len]  # [R, KVH, L, D] views
+        else:
+            keys = k_cache[:, :, : geo.key_len].index_select(0, geo.gather)  # [S, KVH, L, D] copies
+            values = v_cache[:, :, : geo.key_len].index_select(0, geo.gather)
+        keys = keys.reshape(-1, geo.key_len, d).to(q.dtype)
+        values = values.reshape(-1, geo.key_len, d).to(q.dtype)
+        # [R * KVH, G, L]; beta=0 when nothing is masked: the same alpha * q.k as adding a zero mask, bit for bit
+        scores = torch.baddbmm(geo.mask, q, keys.transpose(1, 2), beta=1.0 if geo.masked else 0.0, alpha=attn.scaling)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        if probs.dtype != q.dtype:
+            probs = probs.to(q.dtype)
+        out = torch.bmm(probs, values).view(geo.num_rows, heads * d)  # [R, H * D]
+        return out if geo.scatter is None else out.index_select(0, geo.scatter)
+
+    def add_linear(
+        self, layer: int, op: str, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.addmm(residual, x, weight.t())
+
+    def add_mlp(self, layer: int, mlp: DenseMLP, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.weights[layer].gate_up).chunk(2, dim=-1)
+        return torch.addmm(h, F.silu(gate) * up, mlp.down_proj.weight.t())
+
+    def add_experts(
+        self, layer: int, experts: Experts, h: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        w = self.weights[layer]
+        if w.down is None or w.expert_ids is None:
+            raise ValueError("decode weights: an MoE layer built without its expert weights")
+        return grouped_experts(x, h, ids, weights, w.gate_up, w.down, w.expert_ids)
+
+
+def grouped_experts(
     x: torch.Tensor,
-    cos: torch.Tensor,
-    signed_sin: torch.Tensor,
-    geo: DecodeGeometry,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    h: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    expert_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """x: [S, hidden] normed input -> attention output before o_proj [S, H * D]; writes the tokens' K/V."""
-    attn = layer.self_attn
-    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    qkv = F.linear(x, w.qkv).view(x.shape[0], heads + 2 * kv_heads, d)
-    eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
-    # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
-    normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(x.dtype) * w.qk_norm
-    qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
-    k_flat, v_flat = k_cache.view(-1, d), v_cache.view(-1, d)
-    k_flat.index_put_((geo.write_rows,), qk_rot[:, heads:].to(k_cache.dtype))
-    v_flat.index_put_((geo.write_rows,), qkv[:, heads + kv_heads :].to(v_cache.dtype))
-    q = qk_rot[:, :heads]  # [S, H, D]
-    if geo.scatter is not None:
-        q = q.new_zeros(geo.num_rows, heads, d).index_copy_(0, geo.scatter, q)
-    q = q.reshape(geo.num_rows * kv_heads, attn.group_size, d)  # query head h reads kv head h // group_size
-    if geo.gather is None:
-        rows = slice(geo.lo, geo.lo + geo.num_rows)
-        keys, values = k_cache[rows, :, : geo.key_len], v_cache[rows, :, : geo.key_len]  # [R, KVH, L, D] views
-    else:
-        keys = k_cache[:, :, : geo.key_len].index_select(0, geo.gather)  # [S, KVH, L, D] copies
-        values = v_cache[:, :, : geo.key_len].index_select(0, geo.gather)
-    keys = keys.reshape(-1, geo.key_len, d).to(q.dtype)
-    values = values.reshape(-1, geo.key_len, d).to(q.dtype)
-    # [R * KVH, G, L]; beta=0 when nothing is masked: the same alpha * q.k as adding a zero mask, bit for bit
-    scores = torch.baddbmm(geo.mask, q, keys.transpose(1, 2), beta=1.0 if geo.masked else 0.0, alpha=attn.scaling)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-    if probs.dtype != q.dtype:
-        probs = probs.to(q.dtype)
-    out = torch.bmm(probs, values).view(geo.num_rows, heads * d)  # [R, H * D]
-    return out if geo.scatter is None else out.index_select(0, geo.scatter)
+    """h + experts(x) `[S, hidden]` (x normed, h residual; ids and gate weights `[S, K]`): two grouped matmuls over
+    expert-sorted token copies. gate_up [E, hidden, 2I], down [E, I, hidden], expert_ids [E] (`LayerWeights`)."""
+    top_k = ids.shape[1]
+    sorted_experts, order = torch.sort(ids.view(-1), stable=True)  # [S * K] pairs grouped by expert, ascending
+    offsets = torch.searchsorted(sorted_experts, expert_ids, right=True, out_int32=True)  # [E] end of each group
+    token = order // top_k  # [S * K]
+    gate_up_out = F.grouped_mm(x.index_select(0, token), gate_up, offs=offsets)  # [S * K, 2I]
+    gate, up = gate_up_out.chunk(2, dim=-1)
+    y = F.grouped_mm(F.silu(gate) * up, down, offs=offsets)  # [S * K, hidden]
+    pair_weights = weights.reshape(-1).index_select(0, order).to(y.dtype)[:, None]
+    return h.index_add(0, token, y * pair_weights)
 
 
 def routed_experts(
@@ -136,59 +188,13 @@ def routed_experts(
     top_k: int,
     norm_topk_prob: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [S, hidden] normed, h: [S, hidden] residual -> (h + moe(x) [S, hidden], expert ids [S, K]).
-
-    router: [E, hidden]; gate_up [E, hidden, 2I], down [E, I, hidden], expert_ids [E] (`LayerWeights` layouts)."""
+    """The router then `grouped_experts`: x: [S, hidden] normed, h: [S, hidden] residual -> (h + moe(x) [S,
+    hidden], expert ids [S, K]); router: [E, hidden] (for a pure graph of tensors, `decode_graph`)."""
     probs = torch.softmax(F.linear(x, router), dim=-1, dtype=torch.float32)  # [S, E]
     top, ids = torch.topk(probs, top_k, dim=-1)  # top == probs.gather(1, ids)
     if norm_topk_prob:
         top = top / top.sum(dim=-1, keepdim=True)
-    sorted_experts, order = torch.sort(ids.view(-1), stable=True)  # [S * K] pairs grouped by expert, ascending
-    offsets = torch.searchsorted(sorted_experts, expert_ids, right=True, out_int32=True)  # [E] end of each group
-    token = order // top_k  # [S * K]
-    gate_up_out = F.grouped_mm(x.index_select(0, token), gate_up, offs=offsets)  # [S * K, 2I]
-    gate, up = gate_up_out.chunk(2, dim=-1)
-    y = F.grouped_mm(F.silu(gate) * up, down, offs=offsets)  # [S * K, hidden]
-    pair_weights = top.view(-1).index_select(0, order).to(y.dtype)[:, None]
-    return h.index_add(0, token, y * pair_weights), ids
-
-
-def _experts(
-    block: SparseMoeBlock, w: LayerWeights, x: torch.Tensor, h: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    router = block.gate
-    if w.down is None or w.expert_ids is None:
-        raise ValueError("decode weights: an MoE layer built without its expert weights")
-    return routed_experts(x, h, router.weight, w.gate_up, w.down, w.expert_ids, router.top_k, router.norm_topk_prob)
-
-
-def _feed_forward(layer: DecoderLayer, w: LayerWeights, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    x = layer.post_attention_layernorm(h)
-    if isinstance(layer.mlp, SparseMoeBlock):
-        return _experts(layer.mlp, w, x, h)
-    gate, up = F.linear(x, w.gate_up).chunk(2, dim=-1)
-    return torch.addmm(h, F.silu(gate) * up, layer.mlp.down_proj.weight.t()), None
-
-
-def decode_layers(
-    model: MoEForCausalLM,
-    weights: list[LayerWeights],
-    h: torch.Tensor,
-    cos: torch.Tensor,
-    signed_sin: torch.Tensor,
-    geo: DecodeGeometry,
-    keys: list[torch.Tensor],
-    values: list[torch.Tensor],
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The decoder stack on h [S, hidden] -> (final hidden [S, hidden] before the norm, per-MoE-layer ids [S, K])."""
-    routed: list[torch.Tensor] = []
-    for i, (layer, w) in enumerate(zip(model.model.layers, weights, strict=True)):
-        attn = _attention(layer, w, layer.input_layernorm(h), cos, signed_sin, geo, keys[i], values[i])
-        h = torch.addmm(h, attn, layer.self_attn.o_proj.weight.t())
-        h, ids = _feed_forward(layer, w, h)
-        if ids is not None:
-            routed.append(ids)
-    return h, routed
+    return grouped_experts(x, h, ids, top, gate_up, down, expert_ids), ids
 
 
 def decode_forward(
@@ -203,11 +209,10 @@ def decode_forward(
     """input_ids, slot_ids: [S]; returns (logits [S, V] float32, expert ids [S, L_moe, K] or None)."""
     embed = model.model.embed_tokens.weight
     geo = decode_geometry(slot_ids, slots, cache, embed.dtype, model.config.num_key_value_heads)
-    h = F.embedding(input_ids, embed)  # [S, hidden]
-    cos, sin = model.model.rotary_emb(geo.positions, h.dtype)  # [S, D]
-    h, routed = decode_layers(model, weights, h, cos, sin, geo, cache.keys, cache.values)
-    logits = F.linear(model.model.norm(h), model.lm_head.weight).float()
+    ctx = DecodeContext(geo, cache, weights)
+    h, routed = model.decode(input_ids, ctx)  # [S, hidden]
+    logits = model.logits(h, ctx).float()
     cache.lengths.index_copy_(0, slot_ids, geo.positions + 1)
     if not capture_routing:
         return logits, None
-    return logits, stack_routing(routed, len(slots), model.config.num_experts_per_tok, model.lm_head.weight.device)
+    return logits, model.stack_routing(routed, len(slots))

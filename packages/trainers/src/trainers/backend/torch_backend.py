@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import torch
 from moe_models import MoEForCausalLM, RouterReplay, set_experts_kernel
-from moe_models.invariant import invariant_log_probs
 
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
@@ -95,8 +94,6 @@ class TorchBackend(OptimisedModule):
         them, else None). Only response positions are computed: entries before a row's first response token are
         meaningless (every consumer masks them with the response mask)."""
         micro = micro.to(self._device)
-        if self.true_on_policy:
-            return self._invariant_forward(model, micro, top_k), None
         routing = None
         if replay:
             if micro.replay_ids is None or micro.replay_mask is None:
@@ -112,19 +109,9 @@ class TorchBackend(OptimisedModule):
                 temperature=self.temperature,
                 replay=routing,
                 logits_from=(micro.prompt_lengths - 1).clamp(min=0),  # the first response token's logits onwards
+                invariant=self.true_on_policy,  # bitwise the engine's sampled log-probs and routing
             )
         return log_probs.float(), None if at is None else at.float()
-
-    def _invariant_forward(self, model: MoEForCausalLM, micro: TrainBatch, top_k: bool) -> torch.Tensor:
-        """True on-policy mode: `[b, t-1]` log-probs, each sequence position by position with the engine's
-        invariant forward (bitwise its sampled log-probs; routing recomputed identically, so replay is moot)."""
-        if top_k and micro.teacher_top_ids is not None:
-            raise ValueError("true on-policy mode: teacher top-k log-probs are not computed by the invariant forward")
-        out = torch.zeros(micro.input_ids.shape[0], micro.input_ids.shape[1] - 1, device=self._device)
-        for b, length in enumerate(micro.seq_lengths.tolist()):
-            lp, _ = invariant_log_probs(model, micro.input_ids[b, :length].tolist(), self.temperature)
-            out[b, : len(lp)] = lp  # a write into a fresh tensor: autograd keeps each row's graph
-        return out
 
     @torch.no_grad()
     def log_probs(
