@@ -46,7 +46,7 @@ class TopKRouter(nn.Module):
             if replay_mask is None:
                 raise ValueError("TopKRouter: replay_ids given without replay_mask")
             ids = torch.where(replay_mask[:, None], replay_ids, ids)
-        if ctx is not None:
+        if ctx is not None and ctx.trace is not None:
             ctx.record(layer, "router_logits", logits)
             ctx.record(layer, "topk", ids.sort(dim=-1).values)
         weights = probs.gather(1, ids)

@@ -1,8 +1,8 @@
 """CachedModel: the engine's cached forward over a `moe_models.MoEForCausalLM` and the decode state it keeps.
 
 The model stays a plain model: the cached forward reads its submodules and parameters (never changes them), and
-every piece of inference state (fused decode weights, graph inputs, whether the decode step is compiled, the C
-kernels' thread count) lives on this object.
+every piece of inference state (fused decode weights, whether the decode step is compiled, the C kernels' thread
+count) lives on this object.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from moe_models import MoEForCausalLM
 
 from native_engine.decode import c_kernels
 from native_engine.decode.cached_forward import cached_forward, check_call_shape
-from native_engine.decode.decode_graph import GraphLayer, compiled_decode_forward, graph_layers
+from native_engine.decode.decode_graph import compiled_decode_forward
 from native_engine.decode.decode_step import decode_forward
 from native_engine.decode.decode_weights import DecodeWeights, LayerWeights, decode_weights
 from native_engine.decode.expert_kernel import moe_experts
@@ -29,10 +29,14 @@ class CachedModel:
     threads, and prefill calls run their MoE layers' experts in the C experts kernel too. Attention is bound by
     memory latency, so a second core nearly doubles its speed.
 
-    The graph takes weights and the cache as inputs, with batch size, key length and cache slots dynamic and the
-    cache length static: a process compiles it once per model shape and cache length (and once more for a batch
-    of 1), shared by every model object and engine of that shape, and weight updates never recompile it. Compiling
-    happens at the first decode step and takes seconds (inductor's on-disk cache makes later processes faster).
+    invariant: true on-policy mode (fp32, eager): every call runs the general cached forward with batch-invariant
+    ops, so a token's logits and routing are bitwise the trainer's `invariant=True` recompute of its sequence.
+
+    The graph takes the model, the fused weights and the cache as inputs, with batch size, key length and cache
+    slots dynamic and the cache length static: a process compiles it once per model shape and cache length (and
+    once more for a batch of 1), shared by every model object and engine of that shape, and weight updates never
+    recompile it. Compiling happens at the first decode step and takes seconds (inductor's on-disk cache makes
+    later processes faster).
     Results equal the eager path's to float rounding (~1e-7 in fp32); routing can differ only where two experts'
     router probabilities tie to that precision.
 
@@ -58,7 +62,6 @@ class CachedModel:
         self._invariant = invariant
         self._kernel_threads = kernel_threads
         self._weights: DecodeWeights | None = None  # fused copies for the decode step (lazy)
-        self._graph_layers: tuple[DecodeWeights, list[GraphLayer]] | None = None  # graph inputs of _weights
 
     @property
     def compiled(self) -> bool:
@@ -103,9 +106,7 @@ class CachedModel:
             args = (input_ids.to(cache.device), slot_ids.to(cache.device), slots, cache, capture_routing)
             if not self._compiled:
                 return decode_forward(model, weights.layers, *args)
-            if self._graph_layers is None or self._graph_layers[0] is not weights:
-                self._graph_layers = (weights, graph_layers(model, weights.layers))
-            return compiled_decode_forward(model, self._graph_layers[1], self._kernel_threads, *args)
+            return compiled_decode_forward(model, weights.layers, self._kernel_threads, *args)
         experts = self._kernel_experts(cache)
         return cached_forward(model, input_ids, slot_ids, slots, query_lens, cache, experts, capture_routing)
 
