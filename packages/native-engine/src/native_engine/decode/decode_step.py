@@ -3,7 +3,7 @@
 The model's own decoder (`MoEForCausalLM.decode`) runs it under a `DecodeContext`, whose ops are made for a decode
 step of a small model, which per-op overhead dominates: the same math as the general cached forward
 (`cached_forward`, to float rounding, ~1e-7 in fp32) with far fewer tensor ops per call. A compiled `CachedModel`
-runs the step through `decode_graph` instead (a formulation made for inductor).
+runs the same decoder under `decode_graph.GraphContext` instead (ops shaped for inductor).
 """
 
 from __future__ import annotations
