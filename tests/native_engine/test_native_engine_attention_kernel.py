@@ -30,7 +30,7 @@ def _inputs(
 
 def _inline(x: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
     heads, kv_heads, head_dim = x["q"].shape[1], x["k_new"].shape[1], x["q"].shape[2]
-    dims = GraphDims(heads, kv_heads, head_dim, scale, 1e-6, 2, True)
+    dims = GraphDims(heads, kv_heads, head_dim, scale, 2)
     key_index = torch.arange(max(int(x["positions"].max()), 1))
     return _attend(
         dims,

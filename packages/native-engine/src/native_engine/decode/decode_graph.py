@@ -32,10 +32,9 @@ from moe_models import MoEForCausalLM
 from moe_models.attention import Attention
 from moe_models.forward_context import ForwardContext
 from moe_models.moe import DenseMLP, Experts
-from moe_models.rope import apply_rotary
 
 from native_engine.decode import attention_kernel, c_kernels, expert_kernel  # noqa: F401 (the ops register on import)
-from native_engine.decode.decode_step import check_room, grouped_experts
+from native_engine.decode.decode_step import check_room, fused_project, grouped_experts
 from native_engine.decode.decode_weights import LayerWeights
 from native_engine.decode.kv_cache import KVCache
 
@@ -47,9 +46,7 @@ class GraphDims(NamedTuple):
     kv_heads: int
     head_dim: int
     scaling: float
-    eps: float
     top_k: int
-    norm_topk_prob: bool
     kernel_threads: int = 0  # >= 1: attention and experts by the C kernels on that many threads; 0: inline
 
 
@@ -129,12 +126,7 @@ class GraphContext(ForwardContext):
         signed_sin: torch.Tensor,
         queries: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        heads, kv_heads, d = self.dims.heads, self.dims.kv_heads, self.dims.head_dim
-        w = self.weights[attn.layer_idx]
-        qkv = F.linear(h, w.qkv).view(-1, heads + 2 * kv_heads, d)
-        qk = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, self.dims.eps).to(h.dtype) * w.qk_norm
-        qk = apply_rotary(qk, cos, signed_sin)
-        return qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
+        return fused_project(attn, self.weights[attn.layer_idx], h, cos, signed_sin)
 
     def attend(self, layer: int, attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.new_keys.append(k)
@@ -198,9 +190,7 @@ def graph_dims(model: MoEForCausalLM) -> GraphDims:
         kv_heads=cfg.num_key_value_heads,
         head_dim=cfg.head_dim,
         scaling=attn.scaling,
-        eps=cfg.rms_norm_eps,
         top_k=cfg.num_experts_per_tok,
-        norm_topk_prob=cfg.norm_topk_prob,
     )
 
 

@@ -52,6 +52,20 @@ def check_room(slots: list[int], positions: torch.Tensor, longest: int, max_len:
         )
 
 
+def fused_project(
+    attn: Attention, w: LayerWeights, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`Attention`'s q, k, v of h [S, hidden] by one fused qkv matmul: rotated q [S, H, D], rotated k and v
+    [S, KVH, D]."""
+    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    qkv = F.linear(h, w.qkv).view(h.shape[0], heads + 2 * kv_heads, d)
+    eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
+    # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
+    normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(h.dtype) * w.qk_norm
+    qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
+    return qk_rot[:, :heads], qk_rot[:, heads:], qkv[:, heads + kv_heads :]
+
+
 def decode_geometry(
     slot_ids: torch.Tensor, slots: list[int], cache: KVCache, dtype: torch.dtype, num_kv_heads: int
 ) -> DecodeGeometry:
@@ -103,14 +117,7 @@ class DecodeContext(ForwardContext):
         signed_sin: torch.Tensor,
         queries: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-        w = self.weights[attn.layer_idx]
-        qkv = F.linear(h, w.qkv).view(h.shape[0], heads + 2 * kv_heads, d)
-        eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
-        # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
-        normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(h.dtype) * w.qk_norm
-        qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
-        return qk_rot[:, :heads], qk_rot[:, heads:], qkv[:, heads + kv_heads :]
+        return fused_project(attn, self.weights[attn.layer_idx], h, cos, signed_sin)
 
     def attend(self, layer: int, attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q [S, H, D], k/v [S, KVH, D] -> [S, H * D]; writes the tokens' K/V."""
