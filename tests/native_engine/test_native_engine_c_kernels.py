@@ -29,6 +29,17 @@ def test_a_missing_compiler_is_named_in_the_error(monkeypatch: pytest.MonkeyPatc
         c_kernels.library.cache_clear()
 
 
+def test_a_missing_cpp_compiler_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    monkeypatch.setenv("NATIVE_ENGINE_KERNEL_DIR", str(tmp_path))
+    c_kernels._ops_library.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="C\\+\\+ compiler not found: got CXX='no-such-compiler-here'"):
+            c_kernels._ops_library()
+    finally:
+        c_kernels._ops_library.cache_clear()
+
+
 def test_a_failing_build_shows_the_command_and_its_output(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NATIVE_ENGINE_KERNEL_DIR", str(tmp_path))
     c_kernels.library.cache_clear()
@@ -53,3 +64,20 @@ def test_the_kernel_sources_ship_inside_the_decode_package() -> None:
     sources = c_kernels._sources()
     assert sorted(sources) == ["decode_attention.c", "fast_exp.h", "moe_experts.c", "work_pool.h"]
     assert all("#include" in text for name, text in sources.items() if name.endswith(".c"))
+
+
+@pytest.mark.parametrize(("op", "build"), [("decode_attention", (32, 2)), ("moe_experts", (128, 96))])
+def test_the_ops_cpu_implementations_are_the_cpp_library(op: str, build: tuple[int, int]) -> None:
+    """A compiled graph calls the ops through the dispatcher: their CPU kernels must be C++ (no Python per call)."""
+    from native_engine.decode import attention_kernel, expert_kernel
+
+    (attention_kernel if op == "decode_attention" else expert_kernel).build(*build)
+    cpu = [line for line in torch._C._dispatch_dump(f"native_engine::{op}").splitlines() if line.startswith("CPU:")]
+    assert len(cpu) == 1 and "torch_ops.cpp" in cpu[0], cpu
+
+
+def test_the_op_library_ships_inside_the_decode_package() -> None:
+    from importlib import resources
+
+    source = resources.files("native_engine.decode").joinpath("csrc", "torch_ops.cpp").read_text()
+    assert "TORCH_LIBRARY_IMPL(native_engine, CPU" in source

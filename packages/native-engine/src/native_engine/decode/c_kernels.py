@@ -1,4 +1,5 @@
-"""Builds and loads the C kernels in `native_engine/decode/csrc/` (decode attention, routed experts) at first use.
+"""Builds and loads the C kernels in `native_engine/decode/csrc/` (decode attention, routed experts) at first use, and
+the C++ library that implements their custom ops (`torch.ops.native_engine.*`) for the dispatcher.
 
 Each kernel is compiled with the system C compiler (`$CC`, else `cc`; torch.compile's CPU backend needs one too)
 with `-O3 -march=native` and reassociation (`FLAGS`) and its shape constants as `-D` defines, into a per-user cache
@@ -6,6 +7,11 @@ directory (`$NATIVE_ENGINE_KERNEL_DIR`, else `<tmp>/native_engine_kernels_<uid>`
 source, the compiler and the flags, so a changed source or shape builds anew and concurrent builders agree. A
 missing compiler or a failed build raises with what was run and what it printed. The sources ship inside the
 package (`importlib.resources`), so an installed wheel finds them as a source checkout does.
+
+The ops' CPU implementations are C++ (`csrc/torch_ops.cpp`, built once per torch version with `$CXX`, else `c++`,
+against torch's headers): they validate their tensors and call the kernel registered for their shape
+(`register_kernel`). So an op call, from Python or from a compiled graph's C++ wrapper, never enters Python; a
+Python implementation would cost a few microseconds per call, paid per layer of every decode step.
 """
 
 from __future__ import annotations
@@ -36,10 +42,18 @@ FLAGS = (
     "-fPIC",
     "-shared",
 )
+CXX_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-shared")
 _BUILD_LOCK = threading.Lock()
-_FUNCTIONS: dict[tuple, Callable] = {}
 _LIBRARY = torch.library.Library("native_engine", "DEF")  # the kernels' custom ops: torch.ops.native_engine.*
-ptr = ctypes.c_void_p
+SCHEMAS = {
+    "decode_attention": "decode_attention(Tensor q, Tensor k_new, Tensor v_new, Tensor key_cache, Tensor value_cache, "
+    "Tensor slot_ids, Tensor positions, float scale, int threads) -> Tensor",
+    "moe_experts": "moe_experts(Tensor x, Tensor h, Tensor ids, Tensor weights, Tensor gate_up, Tensor down, "
+    "int threads) -> Tensor",
+}
+for _schema in SCHEMAS.values():
+    _LIBRARY.define(_schema)
+ATTENTION, EXPERTS = 0, 1  # kernel kinds of `register_kernel`
 
 
 def supports(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device) -> bool:
@@ -75,63 +89,65 @@ def library(source_name: str, defines: tuple[tuple[str, int], ...]) -> ctypes.CD
     target = _cache_dir() / f"{Path(source_name).stem}_{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
     with _BUILD_LOCK:
         if not target.exists():
-            _compile(compiler, flags, source_name, sources, target)
+            _build(source_name, ("CC", compiler), [*flags, "{src}", "-o", "{out}", "-lm"], sources, target)
     return ctypes.CDLL(str(target))
 
 
-def _compile(compiler: str, flags: tuple[str, ...], name: str, sources: dict[str, str], target: Path) -> None:
-    """Builds `target` from `sources[name]` atomically (a temporary file renamed into place)."""
+def _build(name: str, compiler: tuple[str, str], args: list[str], sources: dict[str, str], target: Path) -> None:
+    """Builds `target` from `sources[name]` atomically: the compiler (its environment variable and value) runs with
+    `args` (`{src}` and `{out}` filled in) in a temporary folder holding `sources`, and the result is renamed into
+    place, so concurrent builders never see a half-written library."""
+    variable, program = compiler
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         for file, text in sources.items():
             (Path(tmp) / file).write_text(text)
-        src, out = Path(tmp) / name, Path(tmp) / target.name
-        command = [compiler, *flags, str(src), "-o", str(out), "-lm"]
+        src, out = str(Path(tmp) / name), str(Path(tmp) / target.name)
+        command = [program, *(arg.replace("{src}", src).replace("{out}", out) for arg in args)]
         try:
             done = subprocess.run(command, capture_output=True, text=True)
         except FileNotFoundError as e:
+            language = "C++" if variable == "CXX" else "C"
             raise RuntimeError(
-                f"{name}: C compiler not found: got CC={compiler!r}, expected a gcc- or clang-compatible compiler "
-                "on PATH (torch.compile's CPU backend needs one too)"
+                f"{name}: {language} compiler not found: got {variable}={program!r}, expected a gcc- or "
+                "clang-compatible compiler on PATH (torch.compile's CPU backend needs one too)"
             ) from e
         if done.returncode != 0:
             raise RuntimeError(f"{name}: `{' '.join(command)}` failed:\n{done.stderr}")
         os.replace(out, target)
 
 
-def function(source_name: str, defines: tuple[tuple[str, int], ...], symbol: str, argtypes: list[type]) -> Callable:
-    """The kernel entry point `symbol` of `library(source_name, defines)`, returning int64, with `argtypes`
-    (cached: looking it up is on every kernel call's path)."""
-    key = (source_name, defines, symbol)
-    found = _FUNCTIONS.get(key)
-    if found is None:
-        found = getattr(library(source_name, defines), symbol)
-        found.restype = ctypes.c_int64
-        found.argtypes = argtypes
-        _FUNCTIONS[key] = found
-    return found
+@functools.cache
+def _ops_library() -> Callable[[int, int, int, int | None], int]:
+    """`csrc/torch_ops.cpp` built against this torch and loaded into the dispatcher (once per process): from then on
+    `torch.ops.native_engine.*` run their C++ implementations."""
+    folder = resources.files("native_engine.decode").joinpath("csrc")
+    source = folder.joinpath("torch_ops.cpp").read_text()
+    compiler = os.environ.get("CXX", "c++")
+    root = Path(torch.__file__).parent
+    flags = (
+        *CXX_FLAGS,
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f"-I{root / 'include'}",
+    )
+    links = (f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu")
+    text = "\0".join((compiler, *flags, *links, torch.__version__, source))
+    target = _cache_dir() / f"torch_ops_{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
+    with _BUILD_LOCK:
+        if not target.exists():
+            args = [*flags, "{src}", "-o", "{out}", *links]
+            _build("torch_ops.cpp", ("CXX", compiler), args, {"torch_ops.cpp": source}, target)
+    torch.ops.load_library(str(target))
+    register = ctypes.CDLL(str(target)).native_engine_register_kernel
+    register.restype = ctypes.c_int64
+    register.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    return register
 
 
-def define_op(schema: str, impl: Callable, fake: Callable) -> None:
-    """Registers `native_engine::<schema>` with a CPU implementation and a fake one for tracing. A plain
-    `torch.library.Library` registration: its dispatch costs a fraction of `torch.library.custom_op`'s per call,
-    which counts for ops called once per layer per decode step."""
-    name = schema.split("(", 1)[0]
-    _LIBRARY.define(schema)
-    _LIBRARY.impl(name, impl, "CPU")
-    torch.library.register_fake(f"native_engine::{name}", fake, lib=_LIBRARY)
-
-
-def check_tensors(op: str, specs: tuple[tuple[str, torch.Tensor, torch.dtype, int], ...]) -> None:
-    """Raises unless each (name, tensor, dtype, dims) is a contiguous `dims`-d CPU tensor of `dtype` (what a kernel
-    reads through a pointer)."""
-    for name, t, dtype, dims in specs:
-        if t.dtype != dtype or t.dim() != dims or not t.is_contiguous() or not t.is_cpu:
-            raise ValueError(
-                f"{op}: {name} got {t.dtype} {tuple(t.shape)} contiguous={t.is_contiguous()} on {t.device}, "
-                f"expected a contiguous {dims}-d {dtype} CPU tensor"
-            )
-
-
-def check_threads(op: str, threads: int) -> None:
-    if threads < 1:
-        raise ValueError(f"{op}: threads got {threads}, expected >= 1")
+@functools.cache
+def register_kernel(kind: int, source_name: str, defines: tuple[tuple[str, int], ...], symbol: str) -> None:
+    """Builds `symbol` of `library(source_name, defines)` and registers it for the ops under its shape key (the two
+    define values, in order; see `csrc/torch_ops.cpp`). Idempotent (cached per arguments)."""
+    entry = ctypes.cast(getattr(library(source_name, defines), symbol), ctypes.c_void_p).value
+    (a, b) = (value for _, value in defines)
+    if _ops_library()(kind, a, b, entry) != 0:
+        raise ValueError(f"register_kernel: got kind {kind}, expected {ATTENTION} or {EXPERTS}")

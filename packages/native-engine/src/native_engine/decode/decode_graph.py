@@ -28,12 +28,12 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from moe_models import MoEForCausalLM
+from moe_models import MoEConfig, MoEForCausalLM
 from moe_models.attention import Attention
 from moe_models.forward_context import ForwardContext
 from moe_models.moe import DenseMLP, Experts
 
-from native_engine.decode import attention_kernel, c_kernels, expert_kernel  # noqa: F401 (the ops register on import)
+from native_engine.decode import attention_kernel, c_kernels, expert_kernel
 from native_engine.decode.decode_step import check_room, fused_project, grouped_experts
 from native_engine.decode.decode_weights import LayerWeights
 from native_engine.decode.kv_cache import KVCache
@@ -183,6 +183,12 @@ def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
         return _COMPILED[key]
 
 
+def build_kernels(config: MoEConfig) -> None:
+    """Builds and registers the C kernels the compiled step calls for this model shape (cached: cheap when done)."""
+    attention_kernel.build(config.head_dim, config.num_attention_heads // config.num_key_value_heads)
+    expert_kernel.build(config.hidden_size, config.moe_intermediate_size)
+
+
 def graph_dims(model: MoEForCausalLM) -> GraphDims:
     cfg, attn = model.config, model.model.layers[0].self_attn
     return GraphDims(
@@ -219,6 +225,8 @@ def compiled_decode_forward(
     dtype = model.model.embed_tokens.weight.dtype
     fused = c_kernels.supports(dtype, cache.dtype, cache.device)
     dims = graph_dims(model)._replace(kernel_threads=kernel_threads if fused else 0)
+    if fused:
+        build_kernels(model.config)
     ctx = GraphContext(dims, weights, positions, slot_ids, key_index, cache.key_storage, cache.value_storage)
     shapes = model.config.replace(bos_token_id=None, eos_token_id=None)  # what the graph reads
     logits, new_keys, new_values, ids = _compiled_graph((shapes, cache.max_len, cache.dtype, dtype))(

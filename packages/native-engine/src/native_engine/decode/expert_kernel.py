@@ -1,6 +1,7 @@
 """A C kernel for one MoE layer's routed experts in a decode step (`csrc/moe_experts.c`, built by `c_kernels`),
-as the custom op `torch.ops.native_engine.moe_experts` that the compiled decode graph calls per MoE layer (fp32 only,
-see `c_kernels.supports`; the graph uses `decode_step.routed_experts`' grouped matmuls otherwise).
+behind the custom op `torch.ops.native_engine.moe_experts` that the compiled decode graph calls per MoE layer (fp32
+only, see `c_kernels.supports`; the graph uses `decode_step.grouped_experts`' grouped matmuls otherwise). The op's
+CPU implementation is C++ (`csrc/torch_ops.cpp`); `build` compiles the kernel for a shape and registers it there.
 
 Why: the grouped matmuls run one small MKL matmul per expert with host syncs in between, which dominates at decode
 batch sizes. The kernel groups the (row, k) pairs by expert with a counting sort, runs each expert's FFN as
@@ -9,14 +10,16 @@ register-tiled matmuls and splits the experts over threads.
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
-from native_engine.decode.c_kernels import check_tensors, check_threads, define_op, function, ptr
+from native_engine.decode import c_kernels
 
-_OP = "moe_experts"
-_ARGS = [ptr] * 6 + [ctypes.c_int64] * 3 + [ptr, ctypes.c_int64]
+
+def build(hidden: int, inter: int) -> None:
+    """Builds (once per process and shape) and registers the kernel for experts of `hidden` -> `inter` -> `hidden`,
+    so the op serves that shape."""
+    defines = (("HIDDEN", hidden), ("INTER", inter))
+    c_kernels.register_kernel(c_kernels.EXPERTS, "moe_experts.c", defines, "moe_experts")
 
 
 def moe_experts(
@@ -31,51 +34,14 @@ def moe_experts(
     """x [S, hidden] normed input, h [S, hidden] residual, ids [S, K] int64 expert ids, weights [S, K] their gate
     weights, gate_up [E, hidden, 2I] (gate columns first), down [E, I, hidden].
     Returns h + sum_k weights[:, k] * (silu(x @ gate) * (x @ up)) @ down of expert ids[:, k]: [S, hidden], experts
-    split over `threads` threads (>= 1).
-    Also the CPU implementation of the op `torch.ops.native_engine.moe_experts`, which the compiled graph calls."""
-    f32 = torch.float32
-    check_tensors(
-        _OP,
-        (
-            ("x", x, f32, 2),
-            ("h", h, f32, 2),
-            ("ids", ids, torch.int64, 2),
-            ("weights", weights, f32, 2),
-            ("gate_up", gate_up, f32, 3),
-            ("down", down, f32, 3),
-        ),
-    )
-    check_threads(_OP, threads)
-    rows, hidden = x.shape
-    experts, inter = down.shape[:2]
-    top_k = ids.shape[1]
-    expected = ((rows, hidden), (rows, top_k), (experts, hidden, 2 * inter), (experts, inter, hidden))
-    if (h.shape, weights.shape, gate_up.shape, down.shape) != expected or ids.shape[0] != rows:
-        raise ValueError(
-            f"moe_experts: got x {tuple(x.shape)}, h {tuple(h.shape)}, ids {tuple(ids.shape)}, weights "
-            f"{tuple(weights.shape)}, gate_up {tuple(gate_up.shape)}, down {tuple(down.shape)}; expected x and h "
-            "[S, hidden], ids and weights [S, K], gate_up [E, hidden, 2I], down [E, I, hidden]"
-        )
-    out = torch.empty_like(x)
-    kernel = function("moe_experts.c", (("HIDDEN", hidden), ("INTER", inter)), _OP, _ARGS)
-    status = kernel(
-        *(t.data_ptr() for t in (x, h, ids, weights, gate_up, down)), rows, top_k, experts, out.data_ptr(), threads
-    )
-    if status < 0:
-        raise MemoryError(f"moe_experts: could not allocate scratch memory for {rows} rows x {top_k} experts")
-    if status > 0:
-        row = status - 1
-        raise ValueError(f"moe_experts: row {row} got expert ids {ids[row].tolist()}, expected ids in [0, {experts})")
-    return out
+    split over `threads` threads (>= 1). Builds the kernel for the weights' shape first; the op raises ValueError
+    with what it got for tensors of the wrong dtype, layout or shape, or an expert id out of range."""
+    if down.dim() == 3:
+        build(down.shape[2], down.shape[1])
+    return torch.ops.native_engine.moe_experts(x, h, ids, weights, gate_up, down, threads)
 
 
+@torch.library.register_fake("native_engine::moe_experts")
 def _fake(x: torch.Tensor, *_: object) -> torch.Tensor:
     """The output's shape and dtype, for tracing (the other arguments do not change them)."""
     return torch.empty_like(x)
-
-
-define_op(
-    "moe_experts(Tensor x, Tensor h, Tensor ids, Tensor weights, Tensor gate_up, Tensor down, int threads) -> Tensor",
-    moe_experts,
-    _fake,
-)
