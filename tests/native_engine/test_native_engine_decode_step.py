@@ -3,8 +3,6 @@ eager and compiled (`CachedModel(compiled=True)`, marked slow: each cache length
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 import torch
