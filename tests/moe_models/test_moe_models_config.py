@@ -66,6 +66,8 @@ def test_hf_dict_with_unsupported_math_is_rejected() -> None:
     with pytest.raises(ValueError, match="attention_bias"):
         MoEConfig.from_hf_dict({**data, "attention_bias": True})
     with pytest.raises(ValueError, match="rope type"):
+        MoEConfig.from_hf_dict({**data, "rope_parameters": {"rope_type": "linear", "factor": 4.0}})
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
         MoEConfig.from_hf_dict({**data, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})
     with pytest.raises(ValueError, match="model_type"):
         MoEConfig.from_hf_dict({**data, "model_type": "llama"})

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 from moe_models import MoEConfig
-from moe_models.moe import TopKRouter
 from moe_models.norm import rms_norm
 from moe_models.rope import RotaryEmbedding, rotary_tables
+from moe_models.router import TopKRouter
 
 F64_CLOSE = {"rtol": 1e-13, "atol": 1e-13}  # float32 statistics would be off by ~1e-7
 
@@ -44,7 +44,8 @@ def test_router_of_float64_input_takes_its_weights_from_a_float64_softmax() -> N
 
 
 def test_rotary_tables_in_float64_are_computed_in_float64() -> None:
-    rope = RotaryEmbedding(head_dim=16, theta=1_000_000.0).double()
+    config = MoEConfig.preset("tiny", vocab_size=10, head_dim=16, rope_theta=1_000_000.0)
+    rope = RotaryEmbedding(config).double()
     positions = torch.arange(0, 1024)
     cos, signed_sin = rope(positions, torch.float64)
     angles = positions[:, None].double() * rope.inv_freq.double()

@@ -1,13 +1,16 @@
-"""Qwen3-MoE-compatible causal LM in plain torch: router capture and replay, HF checkpoints, a char tokenizer."""
+"""MoE causal LMs of the Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3 and GPT-OSS families in plain torch: one decoder
+definition, router capture and replay, each family's Hugging Face checkpoints, a char tokenizer."""
 
 from moe_models.checkpoint import (
+    hf_state_dict,
+    load_config,
     load_pretrained,
     load_state_dict_numpy,
     load_state_dict_tensors,
     save_pretrained,
     state_dict_numpy,
 )
-from moe_models.config import MoEConfig
+from moe_models.config import FAMILY_NAMES, MoEConfig
 from moe_models.model import MoEForCausalLM
 from moe_models.moe import EXPERTS_KERNELS, ExpertsKernel, set_experts_kernel
 from moe_models.output import CausalLMOutput
@@ -16,6 +19,7 @@ from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, load_token
 
 __all__ = [
     "EXPERTS_KERNELS",
+    "FAMILY_NAMES",
     "CausalLMOutput",
     "CharTokenizer",
     "ExpertsKernel",
@@ -23,6 +27,8 @@ __all__ = [
     "MoEForCausalLM",
     "RouterReplay",
     "build_char_tokenizer",
+    "hf_state_dict",
+    "load_config",
     "load_pretrained",
     "load_state_dict_numpy",
     "load_state_dict_tensors",

@@ -1,15 +1,14 @@
 """Hugging Face checkpoints (config.json + model.safetensors) and numpy weight snapshots for engines.
 
-Two key layouts exist. In memory (this model and transformers 5.x) each MoE layer holds fused
-`mlp.experts.gate_up_proj` [E, 2I, hidden] and `mlp.experts.down_proj` [E, hidden, I]. On disk (what
-transformers 5.x `save_pretrained` writes and vLLM reads) experts are per-module:
-`mlp.experts.{e}.{gate,up,down}_proj.weight`. Saving writes the disk layout; loading accepts both.
+Each family has its own key names and layouts on disk (what transformers' `save_pretrained` writes and vLLM reads),
+which `moe_models.families` maps to and from this package's canonical in-memory names (transformers' Qwen3-MoE
+ones: fused `mlp.experts.gate_up_proj` [E, 2I, hidden] and `mlp.experts.down_proj` [E, hidden, I]). Saving writes
+the family's disk layout; loading accepts the disk layout or transformers' in-memory one.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Protocol
 
@@ -18,61 +17,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from moe_models.config import MoEConfig
+from moe_models.families import family
 from moe_models.model import MoEForCausalLM
 
-_PER_EXPERT = re.compile(
-    r"^(?P<prefix>.+\.mlp\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
-)
 _WEIGHTS_FILE = "model.safetensors"
 _INDEX_FILE = "model.safetensors.index.json"
 
 
 class SavableTokenizer(Protocol):
     def save(self, directory: str | Path) -> None: ...
-
-
-def _to_disk_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Splits fused expert tensors into per-expert `[out, in]` matrices."""
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in state.items():
-        if name.endswith(".mlp.experts.gate_up_proj"):
-            prefix = name[: -len(".gate_up_proj")]
-            inter = tensor.shape[1] // 2
-            for e in range(tensor.shape[0]):
-                out[f"{prefix}.{e}.gate_proj.weight"] = tensor[e, :inter]
-                out[f"{prefix}.{e}.up_proj.weight"] = tensor[e, inter:]
-        elif name.endswith(".mlp.experts.down_proj"):
-            prefix = name[: -len(".down_proj")]
-            for e in range(tensor.shape[0]):
-                out[f"{prefix}.{e}.down_proj.weight"] = tensor[e]
-        else:
-            out[name] = tensor
-    return out
-
-
-def _to_memory_layout(state: dict[str, torch.Tensor], config: MoEConfig) -> dict[str, torch.Tensor]:
-    """Fuses per-expert matrices (if present) into the in-memory [E, ...] tensors."""
-    out: dict[str, torch.Tensor] = {}
-    per_expert: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
-    for name, tensor in state.items():
-        match = _PER_EXPERT.match(name)
-        if match is None:
-            out[name] = tensor
-            continue
-        proj = per_expert.setdefault(match["prefix"], {}).setdefault(match["proj"], {})
-        proj[int(match["expert"])] = tensor
-    for prefix, projs in per_expert.items():
-        stacked: dict[str, torch.Tensor] = {}
-        for proj_name in ("gate_proj", "up_proj", "down_proj"):
-            experts = projs.get(proj_name, {})
-            if sorted(experts) != list(range(config.num_experts)):
-                raise ValueError(
-                    f"{prefix}.*.{proj_name}: got experts {sorted(experts)}, expected 0..{config.num_experts - 1}"
-                )
-            stacked[proj_name] = torch.stack([experts[e] for e in range(config.num_experts)])
-        out[f"{prefix}.gate_up_proj"] = torch.cat([stacked["gate_proj"], stacked["up_proj"]], dim=1)
-        out[f"{prefix}.down_proj"] = stacked["down_proj"]
-    return out
 
 
 def _owned_state(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
@@ -97,7 +50,8 @@ def save_pretrained(model: MoEForCausalLM, directory: str | Path, tokenizer: Sav
         "pad_token_id": config.pad_token_id,
     }
     (path / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    tensors = {k: v.detach().cpu().contiguous() for k, v in _to_disk_layout(_owned_state(model)).items()}
+    disk = family(config.model_type).to_disk(_owned_state(model), config)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in disk.items()}
     save_file(tensors, str(path / _WEIGHTS_FILE), metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save(path)
@@ -116,22 +70,29 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     raise ValueError(f"{path}: got no {_WEIGHTS_FILE} or {_INDEX_FILE}, expected a safetensors checkpoint")
 
 
-def load_pretrained(directory: str | Path, *, dtype: torch.dtype = torch.float32) -> MoEForCausalLM:
-    """Builds the model from config.json and loads its weights (either key layout), in `dtype`."""
-    path = Path(directory)
-    config_file = path / "config.json"
+def load_config(directory: str | Path) -> MoEConfig:
+    """The model config of a checkpoint directory's config.json (any supported family)."""
+    config_file = Path(directory) / "config.json"
     if not config_file.exists():
-        raise ValueError(f"{path}: got no config.json, expected a saved model directory")
-    config = MoEConfig.from_hf_dict(json.loads(config_file.read_text()))
+        raise ValueError(f"{directory}: got no config.json, expected a saved model directory")
+    return MoEConfig.from_hf_dict(json.loads(config_file.read_text()))
+
+
+def load_pretrained(directory: str | Path, *, dtype: torch.dtype = torch.float32) -> MoEForCausalLM:
+    """Builds the model from config.json and loads its weights (disk or transformers' in-memory layout), in
+    `dtype`."""
+    path = Path(directory)
+    config = load_config(path)
     model = MoEForCausalLM(config)
     load_state_dict_tensors(model, _read_weights(path))
     return model.to(dtype)
 
 
 def load_state_dict_tensors(model: MoEForCausalLM, state: dict[str, torch.Tensor]) -> None:
-    """Copies weights (either key layout) into the model's existing parameters in place; strict on names
-    and shapes, so engine code holding references to parameters sees the new values."""
-    fused = _to_memory_layout(state, model.config)
+    """Copies weights (canonical names, or the family's disk or transformers in-memory layout) into the model's
+    existing parameters and buffers in place; strict on names and shapes, so engine code holding references to
+    parameters sees the new values."""
+    fused = family(model.config.model_type).from_disk(state, model.config)
     expected = _owned_state(model)
     missing = sorted(set(expected) - set(fused))
     unexpected = sorted(set(fused) - set(expected))
@@ -147,12 +108,18 @@ def load_state_dict_tensors(model: MoEForCausalLM, state: dict[str, torch.Tensor
             target.copy_(source.to(device=target.device, dtype=target.dtype))
 
 
+def hf_state_dict(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
+    """The weights under transformers' in-memory names and layouts for the model's family (what transformers' own
+    class of that family holds; the tied lm_head alias omitted): for backends that build that class or map from it."""
+    return family(model.config.model_type).to_hf_state(_owned_state(model), model.config)
+
+
 def state_dict_numpy(model: MoEForCausalLM, *, disk_layout: bool = False) -> dict[str, np.ndarray]:
-    """Weights as numpy arrays (in-memory key layout by default; `disk_layout=True` gives per-expert keys
-    for engines such as vLLM). The tied lm_head alias is omitted; bfloat16 is widened to float32."""
+    """Weights as numpy arrays (canonical in-memory names by default; `disk_layout=True` gives the family's checkpoint
+    keys, for engines such as vLLM). The tied lm_head alias is omitted; bfloat16 is widened to float32."""
     state = _owned_state(model)
     if disk_layout:
-        state = _to_disk_layout(state)
+        state = family(model.config.model_type).to_disk(state, model.config)
     out: dict[str, np.ndarray] = {}
     for name, tensor in state.items():
         t = tensor.detach().cpu()

@@ -1,4 +1,4 @@
-"""One pre-norm decoder layer: attention then a dense MLP or a sparse MoE block."""
+"""One pre-norm decoder layer: attention (GQA or MLA) then a dense MLP or a sparse MoE block."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from torch import nn
 from moe_models.attention import Attention
 from moe_models.config import MoEConfig
 from moe_models.forward_context import ForwardContext
+from moe_models.mla import LatentAttention
 from moe_models.moe import DenseMLP, SparseMoeBlock
 from moe_models.norm import RMSNorm
 
@@ -17,10 +18,13 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.is_moe = config.is_moe_layer(layer_idx)
-        self.self_attn = Attention(config, layer_idx)
+        self.self_attn: Attention | LatentAttention = (
+            LatentAttention(config, layer_idx) if config.is_mla else Attention(config, layer_idx)
+        )
         self.mlp: SparseMoeBlock | DenseMLP = SparseMoeBlock(config, layer_idx) if self.is_moe else DenseMLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        weight_first = config.traits.norm_weight_first
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, weight_first)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, weight_first)
 
     def forward(
         self,
@@ -35,8 +39,9 @@ class DecoderLayer(nn.Module):
         i = self.layer_idx
         outputs = ctx.queries(i)
         residual = h if outputs is None else h.index_select(0, outputs)
-        attn = self.self_attn(self.input_layernorm(h), cos, signed_sin, ctx, outputs)  # [M, H * D]
-        h = ctx.add_linear(i, "attn_out", residual, attn, self.self_attn.o_proj.weight)
+        attn = self.self_attn(self.input_layernorm(h), cos, signed_sin, ctx, outputs)  # [M, H * Dv]
+        o_proj = self.self_attn.o_proj
+        h = ctx.add_linear(i, "attn_out", residual, attn, o_proj.weight, o_proj.bias)
         x = self.post_attention_layernorm(h)
         if isinstance(self.mlp, DenseMLP):
             h, ids = ctx.add_mlp(i, self.mlp, h, x), None

@@ -18,21 +18,27 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from moe_models.invariant_ops import invariant_experts, invariant_linear
+from moe_models.experts_module import ExpertsModule
+from moe_models.invariant_ops import invariant_experts, invariant_linear, invariant_pointwise
 
 TraceHook = Callable[[int, str, torch.Tensor], None]
 """(layer, op, value): layer -1 is the embedding, `num_hidden_layers` the logits; ops as `forward_trace.OPS`."""
 
 
 class AttentionModule(Protocol):
-    """What a context reads of `moe_models.attention.Attention` (a protocol: that module imports this one)."""
+    """`moe_models.attention.Attention` and `moe_models.mla.LatentAttention`: `head_dim` is the query/key dim per
+    head, `value_dim` the value dim; `sinks` `[H]` or None; `sliding_window` None or W (a query at position p sees
+    keys p - W + 1 .. p)."""
 
     layer_idx: int
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    value_dim: int
     group_size: int
     scaling: float
+    sinks: torch.Tensor | None
+    sliding_window: int | None
 
     def query(
         self, h: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, ctx: ForwardContext
@@ -43,17 +49,8 @@ class AttentionModule(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-class ExpertsModule(Protocol):
-    """What a context reads of `moe_models.moe.Experts`."""
-
-    gate_up_proj: torch.Tensor
-    down_proj: torch.Tensor
-
-    def __call__(self, h: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor: ...
-
-
 class MLPModule(Protocol):
-    """What a context reads of `moe_models.moe.DenseMLP`."""
+    """`moe_models.moe.DenseMLP`."""
 
     def __call__(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor: ...
 
@@ -70,9 +67,12 @@ class ForwardContext:
         self.invariant = invariant
         self.trace = trace
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x `[..., in]` @ weight `[out, in]`^T, no bias."""
-        return invariant_linear(x, weight) if self.invariant else F.linear(x, weight)
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x `[..., in]` @ weight `[out, in]`^T (+ bias `[out]`)."""
+        if not self.invariant:
+            return F.linear(x, weight, bias)
+        out = invariant_linear(x, weight)
+        return out if bias is None else out + bias
 
     def project(
         self,
@@ -105,11 +105,22 @@ class ForwardContext:
         None: route natively."""
         return None
 
+    def pointwise(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """fn(x) for an element-wise activation (silu, sigmoid); batch-invariant in invariant mode
+        (`invariant_ops.invariant_pointwise`)."""
+        return invariant_pointwise(fn, x) if self.invariant else fn(x)
+
     def add_linear(
-        self, layer: int, op: str, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
+        self,
+        layer: int,
+        op: str,
+        residual: torch.Tensor,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """residual + x @ weight^T (`[M, out]`), recording the product as layer `layer`'s `op`."""
-        out = self.linear(x, weight)
+        """residual + x @ weight^T (+ bias) (`[M, out]`), recording the product as layer `layer`'s `op`."""
+        out = self.linear(x, weight, bias)
         self.record(layer, op, out)
         return residual + out
 
@@ -130,11 +141,19 @@ class ForwardContext:
     ) -> torch.Tensor:
         """h + experts(x): h the residual and x the normed input, `[M, hidden]`; ids and weights `[M, K]`. Records
         the experts' output as layer `layer`'s `mlp_out`."""
-        if self.invariant:
-            out = invariant_experts(experts.gate_up_proj, experts.down_proj, x, ids, weights)
-        else:
-            out = experts(x, ids, weights)
+        out = invariant_experts(experts, x, ids, weights) if self.invariant else experts(x, ids, weights)
         self.record(layer, "mlp_out", out)
+        return h + out
+
+    def add_shared(
+        self, layer: int, mlp: MLPModule, gate: torch.nn.Linear | None, h: torch.Tensor, x: torch.Tensor
+    ) -> torch.Tensor:
+        """h + the shared expert of x (`[M, hidden]`), scaled by sigmoid(gate(x)) when the family gates it; records
+        it as layer `layer`'s `shared_out`."""
+        out = mlp(x, self)
+        if gate is not None:
+            out = self.pointwise(torch.sigmoid, self.linear(x, gate.weight)) * out
+        self.record(layer, "shared_out", out)
         return h + out
 
     def record(self, layer: int, op: str, value: torch.Tensor) -> None:

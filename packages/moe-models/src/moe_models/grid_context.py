@@ -6,18 +6,13 @@ causal and padding mask, so no real query attends to padding.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-import torch.nn.functional as F
 
-from moe_models.forward_context import ForwardContext, TraceHook
-from moe_models.invariant_ops import KEY_CHUNK, invariant_attention
+from moe_models.attention_ops import band, softmax_attention
+from moe_models.forward_context import AttentionModule, ForwardContext, TraceHook
+from moe_models.invariant_ops import invariant_attention
 from moe_models.replay import RouterReplay
 from moe_models.token_layout import TokenLayout
-
-if TYPE_CHECKING:
-    from moe_models.attention import Attention
 
 
 class GridContext(ForwardContext):
@@ -42,6 +37,7 @@ class GridContext(ForwardContext):
         self.last_layer_queries = last_layer_queries
         self._replay = replay
         self._replay_mask = None if replay is None else layout.pack(replay.mask)  # [N]
+        self._banded: dict[int, torch.Tensor] = {}  # sliding window -> its mask
 
     def queries(self, layer: int) -> torch.Tensor | None:
         return self.last_layer_queries if layer == self.last_layer else None
@@ -51,22 +47,32 @@ class GridContext(ForwardContext):
             return None
         return self.layout.pack(self._replay.ids[:, :, moe_ordinal]).long(), self._replay_mask  # [N, K], [N]
 
-    def attend(self, layer: int, attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, layer: int, attn: AttentionModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         """Scores on the [B, T] grid: padding cells and unwanted queries hold zeros, and no real query attends to
-        padding."""
+        padding (nor, in a sliding layer, to keys beyond its window)."""
         layout = self.layout
         wanted = self.queries(layer)
         asked = layout if wanted is None else layout.subset(wanted)
-        q = asked.unpack(q).transpose(1, 2)  # [B, H, T, D]
-        k = layout.unpack(k).transpose(1, 2)  # [B, KVH, T, D]
-        v = layout.unpack(v).transpose(1, 2)
+        q = asked.unpack(q).transpose(1, 2)  # [B, H, T, Dk]
+        k = layout.unpack(k).transpose(1, 2)  # [B, KVH, T, Dk]
+        v = layout.unpack(v).transpose(1, 2)  # [B, KVH, T, Dv]
+        mask = self._mask(attn.sliding_window)  # [B, 1, T, T]
         if self.invariant:
-            out = invariant_attention(q, k, v, _first_chunk_guard(self.mask[:, 0]), attn.scaling)
+            out = invariant_attention(q, k, v, mask[:, 0], attn.scaling, attn.sinks)
         else:
-            k, v = (t.repeat_interleave(attn.group_size, dim=1) for t in (k, v))  # [B, H, T, D]
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, scale=attn.scaling)  # [B, H, T, D]
-        out = out.transpose(1, 2).reshape(layout.batch, layout.seq, attn.num_heads * attn.head_dim)
+            out = softmax_attention(q, k, v, mask, attn.scaling, attn.sinks)  # [B, H, T, Dv]
+        out = out.transpose(1, 2).reshape(layout.batch, layout.seq, attn.num_heads * attn.value_dim)
         return asked.pack(out)
+
+    def _mask(self, window: int | None) -> torch.Tensor:
+        if window is None:
+            return self.mask
+        if window not in self._banded:
+            pos = torch.arange(self.layout.seq, device=self.mask.device)
+            self._banded[window] = _keep_a_key(band(self.mask, pos, pos, window))
+        return self._banded[window]
 
 
 def _attention_mask(layout: TokenLayout, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -77,17 +83,11 @@ def _attention_mask(layout: TokenLayout, attention_mask: torch.Tensor | None) ->
     if attention_mask is None:
         return causal[None, None].expand(batch, 1, seq, seq)
     allowed = causal[None, None] & attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, T, T]
-    # A query with no visible key (only in all-padding rows) sees itself, keeping its softmax finite.
-    diagonal = torch.eye(seq, dtype=torch.bool, device=allowed.device)[None, None]
+    return _keep_a_key(allowed)
+
+
+def _keep_a_key(allowed: torch.Tensor) -> torch.Tensor:
+    """allowed `[..., T(query), T(key)]` with each query that allows no key given its own (only padding queries have
+    none), keeping every softmax finite."""
+    diagonal = torch.eye(allowed.shape[-1], dtype=torch.bool, device=allowed.device)
     return allowed | (diagonal & ~allowed.any(dim=-1, keepdim=True))
-
-
-def _first_chunk_guard(allowed: torch.Tensor) -> torch.Tensor:
-    """allowed [B, T, T] with key 0 allowed for every query row that allows no key of the first chunk (padding rows
-    only: a real query sees key 0), as `invariant_attention` needs; such rows' outputs are never read."""
-    blind = ~allowed[:, :, :KEY_CHUNK].any(dim=-1)  # [B, T]
-    if not bool(blind.any()):
-        return allowed
-    first = torch.zeros_like(allowed)
-    first[:, :, 0] = blind
-    return allowed | first

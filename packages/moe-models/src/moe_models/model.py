@@ -1,20 +1,23 @@
-"""Qwen3-MoE causal LM with the parameter names of `transformers.Qwen3MoeForCausalLM` (5.x in-memory layout)."""
+"""The MoE causal LM of every supported family, with the parameter names of `transformers.Qwen3MoeForCausalLM` (5.x
+in-memory layout); `moe_models.families` maps them to and from each family's own names."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from moe_models.attention import Attention
 from moe_models.config import MoEConfig
 from moe_models.decoder_layer import DecoderLayer
 from moe_models.forward_context import ForwardContext, TraceHook
 from moe_models.grid_context import GridContext
 from moe_models.log_probs import next_token_log_probs, sampled_token_log_probs
-from moe_models.moe import Experts, TopKRouter
+from moe_models.moe import Experts
 from moe_models.norm import RMSNorm
 from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
 from moe_models.rope import RotaryEmbedding
+from moe_models.router import TopKRouter
 from moe_models.token_layout import TokenLayout
 
 
@@ -25,8 +28,8 @@ class MoEModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.traits.norm_weight_first)
+        self.rotary_emb = RotaryEmbedding(config)
 
 
 class MoEForCausalLM(nn.Module):
@@ -39,19 +42,29 @@ class MoEForCausalLM(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal(0, initializer_range) for projections, embeddings, experts and routers; norms at 1."""
+        """Normal(0, initializer_range) for projections, embeddings, experts, routers (and their biases) and sinks;
+        other biases at 0 (as transformers initialises each family); norms at 1."""
         std = self.config.initializer_range
         with torch.no_grad():
             for module in self.modules():
                 if isinstance(module, nn.Linear | nn.Embedding):
                     module.weight.normal_(0.0, std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    module.bias.zero_()
                 if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                     module.weight[module.padding_idx].zero_()
                 elif isinstance(module, Experts):
                     module.gate_up_proj.normal_(0.0, std)
                     module.down_proj.normal_(0.0, std)
+                    for bias in (module.gate_up_proj_bias, module.down_proj_bias):
+                        if bias is not None:
+                            bias.zero_()
                 elif isinstance(module, TopKRouter):
                     module.weight.normal_(0.0, std)
+                    if module.bias is not None:
+                        module.bias.normal_(0.0, std)
+                elif isinstance(module, Attention) and module.sinks is not None:
+                    module.sinks.normal_(0.0, std)
                 elif isinstance(module, RMSNorm):
                     module.weight.fill_(1.0)
         self.tie_weights()

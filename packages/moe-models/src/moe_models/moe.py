@@ -1,4 +1,4 @@
-"""Feed-forward blocks: the softmax top-k router, the batched experts, the sparse block and the dense MLP."""
+"""The MoE block: a router, the routed experts and an optional shared expert; and the dense MLP."""
 
 from __future__ import annotations
 
@@ -10,56 +10,19 @@ from torch import nn
 
 from moe_models.config import MoEConfig
 from moe_models.forward_context import ForwardContext
+from moe_models.router import TopKRouter
 
 ExpertsKernel = Literal["padded", "looped"]
 EXPERTS_KERNELS: tuple[ExpertsKernel, ...] = ("padded", "looped")
 
 
-class TopKRouter(nn.Module):
-    """Softmax over expert logits (float32; float64 for float64 input), top-k, optional renormalisation of the k
-    weights."""
-
-    def __init__(self, config: MoEConfig) -> None:
-        super().__init__()
-        self.top_k = config.num_experts_per_tok
-        self.norm_topk_prob = config.norm_topk_prob
-        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
-
-    def forward(
-        self,
-        h: torch.Tensor,
-        ctx: ForwardContext | None = None,
-        replay_ids: torch.Tensor | None = None,
-        replay_mask: torch.Tensor | None = None,
-        layer: int = 0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: [N, hidden]; replay_ids: [N, K] int64 used where replay_mask [N] is True; `ctx` runs the matmul and
-        sees the logits and the choice (as layer `layer`'s `router_logits` and sorted `topk`).
-
-        Returns (weights [N, K] in h's dtype, expert ids [N, K] int64). Weights are always gathered from the
-        current probabilities at the chosen ids, so under replay the router still receives gradients.
-        """
-        logits = F.linear(h, self.weight) if ctx is None else ctx.linear(h, self.weight)  # [N, E]
-        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-        ids = torch.topk(probs, self.top_k, dim=-1).indices  # [N, K]
-        if replay_ids is not None:
-            if replay_mask is None:
-                raise ValueError("TopKRouter: replay_ids given without replay_mask")
-            ids = torch.where(replay_mask[:, None], replay_ids, ids)
-        if ctx is not None and ctx.trace is not None:
-            ctx.record(layer, "router_logits", logits)
-            ctx.record(layer, "topk", ids.sort(dim=-1).values)
-        weights = probs.gather(1, ids)
-        if self.norm_topk_prob:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights.to(h.dtype), ids
-
-
 class Experts(nn.Module):
-    """All experts' weights as 3-D tensors (Hugging Face 5.x in-memory layout).
+    """All experts' weights as 3-D tensors (Hugging Face 5.x in-memory layout of Qwen-MoE).
 
-    gate_up_proj: [E, 2 * I, hidden] (rows 0..I-1 gate, I..2I-1 up); down_proj: [E, hidden, I].
-    `autograd_kernel` picks the path under autograd (see `forward`); it is not part of the weights.
+    gate_up_proj: [E, 2 * I, hidden] (rows 0..I-1 gate, I..2I-1 up); down_proj: [E, hidden, I]; with `expert_bias`
+    (GPT-OSS) gate_up_proj_bias [E, 2I] and down_proj_bias [E, hidden]. The activation is SwiGLU, or GPT-OSS's
+    clamped variant (`activate`). `autograd_kernel` picks the path under autograd (see `forward`); it is not part of
+    the weights.
     """
 
     def __init__(self, config: MoEConfig) -> None:
@@ -69,6 +32,26 @@ class Experts(nn.Module):
         self.autograd_kernel: ExpertsKernel = "padded"
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
+        traits = config.traits
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(e, 2 * i)) if traits.expert_bias else None
+        self.down_proj_bias = nn.Parameter(torch.zeros(e, h)) if traits.expert_bias else None
+        self.clamped = traits.experts == "clamped_swiglu"
+        self.alpha, self.limit = config.swiglu_alpha, config.swiglu_limit
+
+    @property
+    def plain(self) -> bool:
+        """SwiGLU without biases (what the engine's fused expert kernels compute)."""
+        return not self.clamped and self.gate_up_proj_bias is None
+
+    def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """[..., 2I] (gate then up) -> [..., I]: silu(gate) * up, or GPT-OSS's clamp(gate) * sigmoid(alpha *
+        clamp(gate)) * (clamp(up) + 1)."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        if not self.clamped:
+            return F.silu(gate) * up
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return gate * torch.sigmoid(gate * self.alpha) * (up + 1)
 
     def forward(self, h: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """h: [N, hidden]; ids, weights: [N, K]. Returns sum_k weights[:, k] * expert_{ids[:, k]}(h), [N, hidden].
@@ -88,7 +71,7 @@ class Experts(nn.Module):
         token = order // top_k  # [N*K] token of each sorted pair
         x = h.index_select(0, token)  # [N*K, hidden] expert-sorted
         if self._grouped_mm_applies(h):
-            y = self._grouped(x, counts)
+            y = self._grouped(x, sorted_experts, counts)
         elif self.autograd_kernel == "looped":
             y = self._looped(x, counts)
         else:
@@ -100,12 +83,19 @@ class Experts(nn.Module):
         needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.gate_up_proj.requires_grad)
         return h.device.type == "cpu" and not needs_grad and hasattr(F, "grouped_mm")
 
-    def _grouped(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """x: [P, hidden] expert-sorted rows, counts: [E] rows per expert -> [P, hidden]."""
+    def _bias(self, bias: torch.Tensor | None, experts: torch.Tensor) -> torch.Tensor | float:
+        """Each sorted row's expert bias (`[P, out]`), or 0 without biases."""
+        return 0.0 if bias is None else bias.index_select(0, experts)
+
+    def _grouped(self, x: torch.Tensor, sorted_experts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """x: [P, hidden] expert-sorted rows (expert of each: sorted_experts), counts: [E] rows per expert -> [P,
+        hidden]."""
         offsets = torch.cumsum(counts, 0).to(torch.int32)  # [E] end row of each expert
         gate_up = F.grouped_mm(x, self.gate_up_proj.transpose(1, 2), offs=offsets)  # [P, 2I]
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.grouped_mm(F.silu(gate) * up, self.down_proj.transpose(1, 2), offs=offsets)
+        if self.gate_up_proj_bias is not None:
+            gate_up = gate_up + self._bias(self.gate_up_proj_bias, sorted_experts)
+        y = F.grouped_mm(self.activate(gate_up), self.down_proj.transpose(1, 2), offs=offsets)
+        return y if self.down_proj_bias is None else y + self._bias(self.down_proj_bias, sorted_experts)
 
     def _padded(self, x: torch.Tensor, sorted_experts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Same contract as `_grouped`, via a zero-padded [E, capacity, hidden] buffer and torch.bmm."""
@@ -114,8 +104,11 @@ class Experts(nn.Module):
         capacity = int(counts.max()) if x.shape[0] > 0 else 0
         buf = x.new_zeros(self.num_experts, capacity, x.shape[-1]).index_put((sorted_experts, rank), x)
         gate_up = torch.bmm(buf, self.gate_up_proj.transpose(1, 2))  # [E, C, 2I]
-        gate, up = gate_up.chunk(2, dim=-1)
-        y = torch.bmm(F.silu(gate) * up, self.down_proj.transpose(1, 2))  # [E, C, hidden]
+        if self.gate_up_proj_bias is not None:
+            gate_up = gate_up + self.gate_up_proj_bias[:, None]
+        y = torch.bmm(self.activate(gate_up), self.down_proj.transpose(1, 2))  # [E, C, hidden]
+        if self.down_proj_bias is not None:
+            y = y + self.down_proj_bias[:, None]
         return y[sorted_experts, rank]
 
     def _looped(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -126,11 +119,15 @@ class Experts(nn.Module):
         per expert and sum them (a visible share of a long-tail training step's CPU time)."""
         sizes = counts.tolist()
         out = []
-        per_expert = zip(x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0), strict=True)
-        for rows, gate_up, down in per_expert:
+        for e, (rows, gate_up, down) in enumerate(
+            zip(x.split(sizes), self.gate_up_proj.unbind(0), self.down_proj.unbind(0), strict=True)
+        ):
             if rows.shape[0]:
-                gate, up = (rows @ gate_up.T).chunk(2, dim=-1)  # [n, I] each
-                out.append((F.silu(gate) * up) @ down.T)  # [n, hidden]
+                inner = rows @ gate_up.T  # [n, 2I]
+                if self.gate_up_proj_bias is not None:
+                    inner = inner + self.gate_up_proj_bias[e]
+                y = self.activate(inner) @ down.T  # [n, hidden]
+                out.append(y if self.down_proj_bias is None else y + self.down_proj_bias[e])
         return torch.cat(out) if out else x.new_zeros(0, x.shape[-1])
 
 
@@ -143,12 +140,34 @@ def set_experts_kernel(model: nn.Module, kernel: str) -> None:
             module.autograd_kernel = kernel  # type: ignore[assignment]
 
 
+class DenseMLP(nn.Module):
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)), `width` wide (default: config.intermediate_size)."""
+
+    def __init__(self, config: MoEConfig, width: int | None = None) -> None:
+        super().__init__()
+        h, i = config.hidden_size, width or config.intermediate_size
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        gate, up = ctx.linear(x, self.gate_proj.weight), ctx.linear(x, self.up_proj.weight)
+        return ctx.linear(ctx.pointwise(F.silu, gate) * up, self.down_proj.weight)
+
+
 class SparseMoeBlock(nn.Module):
+    """Router, routed experts and, where the family has one, a shared expert (`shared_expert`, scaled by
+    sigmoid(`shared_expert_gate`) for Qwen2-MoE) that every token runs."""
+
     def __init__(self, config: MoEConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.gate = TopKRouter(config)
         self.experts = Experts(config)
+        width = config.shared_expert_intermediate_size
+        self.shared_expert = DenseMLP(config, width) if width else None
+        gated = width and config.traits.shared_expert_gate
+        self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False) if gated else None
 
     def forward(
         self,
@@ -160,19 +179,7 @@ class SparseMoeBlock(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [M, hidden] normed input, h: [M, hidden] residual -> (h + moe(x) [M, hidden], expert ids [M, K])."""
         weights, ids = self.gate(x, ctx, replay_ids, replay_mask, self.layer_idx)
-        return ctx.add_experts(self.layer_idx, self.experts, h, x, ids, weights), ids
-
-
-class DenseMLP(nn.Module):
-    """SwiGLU MLP: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, config: MoEConfig) -> None:
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        gate, up = ctx.linear(x, self.gate_proj.weight), ctx.linear(x, self.up_proj.weight)
-        return ctx.linear(F.silu(gate) * up, self.down_proj.weight)
+        h = ctx.add_experts(self.layer_idx, self.experts, h, x, ids, weights)
+        if self.shared_expert is not None:
+            h = ctx.add_shared(self.layer_idx, self.shared_expert, self.shared_expert_gate, h, x)
+        return h, ids

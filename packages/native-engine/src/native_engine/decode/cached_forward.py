@@ -32,7 +32,8 @@ def check_call_shape(
             f"N={input_ids.numel()}"
         )
     if (
-        cache.keys[0].shape[1:] != (cfg.num_key_value_heads, cache.max_len, cfg.head_dim)
+        cache.keys[0].shape[1:] != (cfg.cache_heads, cache.max_len, cfg.key_dim)
+        or cache.values[0].shape[-1] != cfg.value_dim
         or len(cache.keys) != cfg.num_hidden_layers
     ):
         raise ValueError("cache: built for a different model config")
@@ -74,8 +75,9 @@ def cached_forward(
     """
     start_lengths = check_lengths(slot_ids, slots, query_lens, cache)
     cfg = model.config
+    windows = {cfg.sliding_window} if "sliding_attention" in cfg.layer_types else set()
     plan = build_plan(
-        slot_ids.to(cache.device), query_lens, start_lengths, cfg.num_attention_heads // cfg.num_key_value_heads
+        slot_ids.to(cache.device), query_lens, start_lengths, cfg.num_attention_heads // cfg.cache_heads, windows
     )
     ctx = SlotCacheContext(plan, cache, experts, invariant=invariant)
     h, routed = model.decode(input_ids, ctx)  # [N, hidden]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from moe_models import MoEForCausalLM
+from moe_models import MoEConfig, MoEForCausalLM
 
 from native_engine.decode import c_kernels
 from native_engine.decode.cached_forward import cached_forward, check_call_shape
@@ -19,6 +19,20 @@ from native_engine.decode.decode_weights import DecodeWeights, LayerWeights, dec
 from native_engine.decode.expert_kernel import moe_experts
 from native_engine.decode.kv_cache import KVCache
 from native_engine.decode.slot_context import RoutedExperts
+
+
+def decode_step_unsupported(config: MoEConfig) -> str:
+    """Why the decode step (eager or compiled, with its fused projections and kernels) cannot run this model, or ""
+    when it can: it computes GQA attention without sinks or sliding windows and SwiGLU experts without biases (Qwen3-
+    and Qwen2-MoE, Mixtral without a window). Other models decode through the general cached forward."""
+    traits = config.traits
+    if traits.attention != "gqa":
+        return "its attention is MLA (the decode step fuses GQA projections)"
+    if traits.sinks or config.layer_types:
+        return "its attention has sinks or sliding windows (the decode step's attention has neither)"
+    if traits.experts != "swiglu" or traits.expert_bias:
+        return "its experts are not bias-free SwiGLU (the decode step's expert kernels are)"
+    return ""
 
 
 class CachedModel:
@@ -55,6 +69,9 @@ class CachedModel:
             )
         if compiled and device.type != "cpu":
             raise ValueError(f"CachedModel: got a model on {device}, expected cpu for a compiled decode (CPU-only)")
+        unsupported = decode_step_unsupported(model.config)
+        if compiled and unsupported:
+            raise ValueError(f"CachedModel: compiled decode got a {model.config.model_type} model: {unsupported}")
         if isinstance(kernel_threads, bool) or not isinstance(kernel_threads, int) or kernel_threads < 1:
             raise ValueError(f"CachedModel: kernel_threads got {kernel_threads!r}, expected an int >= 1")
         self.model = model
@@ -62,6 +79,7 @@ class CachedModel:
         self._invariant = invariant
         self._kernel_threads = kernel_threads
         self._weights: DecodeWeights | None = None  # fused copies for the decode step (lazy)
+        self._decode_step = not unsupported  # one-token calls take the decode step (else the general forward)
 
     @property
     def compiled(self) -> bool:
@@ -95,13 +113,15 @@ class CachedModel:
         Returns (logits of each chunk's last token [S, V] float32, expert ids of every input token
         [N, L_moe, K] int64 or None). Raises ValueError, changing nothing, if a chunk would overflow max_len.
         Never records gradients (the cache is mutated in place). On CPU, a call whose chunks are all one token
-        long takes the decode step (`decode_step`, or `decode_graph` when compiled): same results to float rounding.
+        long takes the decode step (`decode_step`, or `decode_graph` when compiled) where the model's family has one
+        (`decode_step_unsupported`): same results to float rounding.
         """
         model = self.model
         slots = check_call_shape(model, input_ids, slot_ids, query_lens, cache)
         if self._invariant:
             return cached_forward(model, input_ids, slot_ids, slots, query_lens, cache, None, capture_routing, True)
-        if len(slots) == input_ids.numel() and cache.device.type == "cpu" and hasattr(F, "grouped_mm"):
+        decode = self._decode_step and len(slots) == input_ids.numel()
+        if decode and cache.device.type == "cpu" and hasattr(F, "grouped_mm"):
             weights = self._weights = decode_weights(model, self._weights)
             args = (input_ids.to(cache.device), slot_ids.to(cache.device), slots, cache, capture_routing)
             if not self._compiled:

@@ -25,6 +25,11 @@ class AttentionGroup:
     allowed: torch.Tensor  # [S_g, Q_g, key_len] bool, True where additive_mask's query (any head) is 0
     is_identity: bool  # True when token_index.flatten() == arange(N) (every chunk, all valid)
     slot_start: int | None  # s when slots == arange(s, s + S_g), letting keys be read as a view
+    windowed: dict[int, tuple[torch.Tensor, torch.Tensor]]  # sliding window W -> its (additive_mask, allowed)
+
+    def masks(self, window: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(additive_mask, allowed) of a layer with this sliding window (None: causal only)."""
+        return (self.additive_mask, self.allowed) if window is None else self.windowed[window]
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,14 @@ class CachedBatchPlan:
 
 
 def build_plan(
-    slot_ids: torch.Tensor, query_lens: list[int], start_lengths: list[int], group_size: int
+    slot_ids: torch.Tensor,
+    query_lens: list[int],
+    start_lengths: list[int],
+    group_size: int,
+    windows: set[int] | frozenset[int] = frozenset(),
 ) -> CachedBatchPlan:
-    """Decode chunks (length 1) form one group, longer chunks another; chunk order inside N is preserved."""
+    """Decode chunks (length 1) form one group, longer chunks another; chunk order inside N is preserved. `windows`:
+    the model's sliding-window sizes, each group gets their masks too."""
     device = slot_ids.device
     lens = torch.tensor(query_lens, dtype=torch.int64, device=device)  # [S]
     starts = torch.tensor(start_lengths, dtype=torch.int64, device=device)  # [S]
@@ -53,7 +63,7 @@ def build_plan(
     decode = [i for i, n in enumerate(query_lens) if n == 1]
     prefill = [i for i, n in enumerate(query_lens) if n > 1]
     groups = [
-        _group(members, slot_ids, lens, starts, offsets, group_size, len(query_lens))
+        _group(members, slot_ids, lens, starts, offsets, group_size, len(query_lens), windows)
         for members in (decode, prefill)
         if members
     ]
@@ -74,6 +84,7 @@ def _group(
     offsets: torch.Tensor,
     group_size: int,
     num_chunks: int,
+    windows: set[int] | frozenset[int],
 ) -> AttentionGroup:
     device = slot_ids.device
     idx = torch.tensor(members, dtype=torch.int64, device=device)
@@ -85,11 +96,17 @@ def _group(
     token_index = torch.where(query_valid, g_offsets[:, None] + q_pos[None, :], g_offsets[:, None])
     abs_pos = g_starts[:, None] + q_pos[None, :]  # [S_g, Q_g] absolute position of each query
     keys = torch.arange(key_len, device=device)
-    allowed = keys[None, None, :] <= abs_pos[:, :, None]  # [S_g, Q_g, L] causal within the slot
-    allowed = torch.where(query_valid[:, :, None], allowed, keys[None, None, :] == 0)
-    mask = torch.zeros(allowed.shape, dtype=torch.float32, device=device)
-    mask.masked_fill_(~allowed, float("-inf"))
-    mask = mask[:, None].expand(-1, group_size, -1, -1).reshape(len(members), 1, group_size * width, key_len)
+    causal = keys[None, None, :] <= abs_pos[:, :, None]  # [S_g, Q_g, L] causal within the slot
+
+    def masks(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        allowed = torch.where(query_valid[:, :, None], allowed, keys[None, None, :] == 0)
+        additive = torch.zeros(allowed.shape, dtype=torch.float32, device=device)
+        additive.masked_fill_(~allowed, float("-inf"))
+        shape = (len(members), 1, group_size * width, key_len)
+        return additive[:, None].expand(-1, group_size, -1, -1).reshape(shape), allowed
+
+    mask, allowed = masks(causal)
+    windowed = {w: masks(causal & (keys[None, None, :] > abs_pos[:, :, None] - w)) for w in windows}
     is_identity = len(members) == num_chunks and bool(query_valid.all())
     slots = slot_ids[idx]
     first = int(slots[0])
@@ -103,4 +120,5 @@ def _group(
         allowed=allowed,
         is_identity=is_identity,
         slot_start=first if contiguous else None,
+        windowed=windowed,
     )

@@ -58,11 +58,13 @@ def fused_project(
     """`Attention`'s q, k, v of h [S, hidden] by one fused qkv matmul: rotated q [S, H, D], rotated k and v
     [S, KVH, D]."""
     heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    qkv = F.linear(h, w.qkv).view(h.shape[0], heads + 2 * kv_heads, d)
-    eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
-    # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
-    normed = F.rms_norm(qkv[:, : heads + kv_heads].float(), (d,), None, eps).to(h.dtype) * w.qk_norm
-    qk_rot = apply_rotary(normed, cos, signed_sin)  # [S, H + KVH, D]
+    qkv = F.linear(h, w.qkv, w.qkv_bias).view(h.shape[0], heads + 2 * kv_heads, d)
+    qk = qkv[:, : heads + kv_heads]
+    if w.qk_norm is not None and attn.q_norm is not None:
+        eps = attn.q_norm.variance_epsilon  # q_norm and k_norm share it (config.rms_norm_eps)
+        # RMSNorm of q and k heads together; statistics in float32, weight applied in the model dtype (as RMSNorm)
+        qk = F.rms_norm(qk.float(), (d,), None, eps).to(h.dtype) * w.qk_norm
+    qk_rot = apply_rotary(qk, cos, signed_sin)  # [S, H + KVH, D]
     return qk_rot[:, :heads], qk_rot[:, heads:], qkv[:, heads + kv_heads :]
 
 
@@ -146,9 +148,15 @@ class DecodeContext(ForwardContext):
         return out if geo.scatter is None else out.index_select(0, geo.scatter)
 
     def add_linear(
-        self, layer: int, op: str, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
+        self,
+        layer: int,
+        op: str,
+        residual: torch.Tensor,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return torch.addmm(residual, x, weight.t())
+        return torch.addmm(residual if bias is None else residual + bias, x, weight.t())
 
     def add_mlp(self, layer: int, mlp: DenseMLP, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.weights[layer].gate_up).chunk(2, dim=-1)

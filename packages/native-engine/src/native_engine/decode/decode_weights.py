@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from moe_models import MoEForCausalLM
+from moe_models.attention import Attention
 from moe_models.decoder_layer import DecoderLayer
 from moe_models.moe import DenseMLP, SparseMoeBlock
 
@@ -17,13 +18,15 @@ ParamStamp = tuple[dict[str, torch.nn.Parameter | None], str, torch.Tensor, int,
 class LayerWeights:
     """One decoder layer's weights in the layouts the decode step wants (copies, never views of parameters).
 
-    qkv: [(H + 2 * KVH) * D, hidden], rows q_proj then k_proj then v_proj. qk_norm: [H + KVH, D], q_norm's weight
-    for each query head then k_norm's for each kv head. MoE layers: gate_up [E, hidden, 2I] and down [E, I, hidden]
-    (transposed, contiguous, for grouped_mm). Dense layers: gate_up [2I_dense, hidden] (gate rows then up rows).
+    qkv: [(H + 2 * KVH) * D, hidden], rows q_proj then k_proj then v_proj; qkv_bias [(H + 2 * KVH) * D] or None.
+    qk_norm: [H + KVH, D], q_norm's weight for each query head then k_norm's for each kv head (None: the family
+    has no q/k norm). MoE layers: gate_up [E, hidden, 2I] and down [E, I, hidden] (transposed, contiguous, for
+    grouped_mm). Dense layers: gate_up [2I_dense, hidden] (gate rows then up rows).
     """
 
     qkv: torch.Tensor
-    qk_norm: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    qk_norm: torch.Tensor | None
     gate_up: torch.Tensor
     down: torch.Tensor | None  # MoE layers only (dense layers use mlp.down_proj directly)
     expert_ids: torch.Tensor | None  # [E] int64 0 .. E-1 (MoE layers only)
@@ -65,13 +68,19 @@ def _stamps(model: MoEForCausalLM) -> list[ParamStamp] | None:
 
 def _layer_weights(layer: DecoderLayer) -> LayerWeights:
     attn = layer.self_attn
-    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], dim=0)
-    qk_norm = torch.cat(
-        [
-            attn.q_norm.weight[None].expand(attn.num_heads, -1),
-            attn.k_norm.weight[None].expand(attn.num_kv_heads, -1),
-        ]
-    )
+    if not isinstance(attn, Attention):
+        raise ValueError(f"decode weights: got {type(attn).__name__}, expected GQA attention (the fast decode step's)")
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    qkv = torch.cat([p.weight for p in projections], dim=0)
+    qkv_bias = None if attn.q_proj.bias is None else torch.cat([p.bias for p in projections]).contiguous()
+    qk_norm = None
+    if attn.q_norm is not None and attn.k_norm is not None:
+        qk_norm = torch.cat(
+            [
+                attn.q_norm.weight[None].expand(attn.num_heads, -1),
+                attn.k_norm.weight[None].expand(attn.num_kv_heads, -1),
+            ]
+        ).contiguous()
     mlp = layer.mlp
     if isinstance(mlp, SparseMoeBlock):
         gate_up = mlp.experts.gate_up_proj.transpose(1, 2).contiguous()
@@ -82,7 +91,7 @@ def _layer_weights(layer: DecoderLayer) -> LayerWeights:
         down = expert_ids = None
     else:
         raise ValueError(f"decode weights: got a {type(mlp).__name__} feed-forward, expected SparseMoeBlock/DenseMLP")
-    return LayerWeights(qkv.contiguous(), qk_norm.contiguous(), gate_up, down, expert_ids)
+    return LayerWeights(qkv.contiguous(), qkv_bias, qk_norm, gate_up, down, expert_ids)
 
 
 def decode_weights(model: MoEForCausalLM, cached: DecodeWeights | None) -> DecodeWeights:

@@ -7,9 +7,10 @@ from moe_models import MoEConfig
 
 
 class KVCache:
-    """Per layer K and V of shape [num_slots, num_kv_heads, max_len, head_dim]: `keys[i]` / `values[i]` are views
-    of layer i in one contiguous [num_layers, num_slots, num_kv_heads, max_len, head_dim] tensor each
-    (`key_storage` / `value_storage`), so one decode step writes every layer's new K (or V) with one op.
+    """Per layer K `[num_slots, heads, max_len, key_dim]` and V `[num_slots, heads, max_len, value_dim]` (heads: the
+    config's `cache_heads`, dims its `key_dim` / `value_dim`; they differ for MLA): `keys[i]` / `values[i]` are views
+    of layer i in one contiguous `[num_layers, num_slots, heads, max_len, dim]` tensor each (`key_storage` /
+    `value_storage`), so one decode step writes every layer's new K (or V) with one op.
 
     Invariant: for every slot s, positions 0..lengths[s]-1 of every layer hold the rotated keys and the values
     of that slot's tokens so far; positions at and beyond lengths[s] are stale and never read.
@@ -30,9 +31,9 @@ class KVCache:
         self.max_len = max_len
         self.dtype = dtype
         self.device = torch.device(device)
-        shape = (config.num_hidden_layers, num_slots, config.num_key_value_heads, max_len, config.head_dim)
-        self.key_storage = torch.zeros(shape, dtype=dtype, device=self.device)
-        self.value_storage = torch.zeros(shape, dtype=dtype, device=self.device)
+        shape = (config.num_hidden_layers, num_slots, config.cache_heads, max_len)
+        self.key_storage = torch.zeros((*shape, config.key_dim), dtype=dtype, device=self.device)
+        self.value_storage = torch.zeros((*shape, config.value_dim), dtype=dtype, device=self.device)
         self.keys: list[torch.Tensor] = list(self.key_storage.unbind(0))
         self.values: list[torch.Tensor] = list(self.value_storage.unbind(0))
         self.lengths = torch.zeros(num_slots, dtype=torch.int64, device=self.device)  # [num_slots]
@@ -54,10 +55,10 @@ class KVCache:
         self, slot_ids: torch.Tensor, positions: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor
     ) -> None:
         """Stores one token per slot in every layer (lengths unchanged): slot_ids, positions [S] int64 on the
-        cache's device; new_keys, new_values [num_layers, S, num_kv_heads, head_dim]."""
-        kv_heads, max_len, head_dim = self.key_storage.shape[2:]
+        cache's device; new_keys [num_layers, S, heads, key_dim], new_values [num_layers, S, heads, value_dim]."""
+        layers, _, kv_heads, max_len = self.key_storage.shape[:4]
         heads = torch.arange(kv_heads, device=self.device)
         rows = ((slot_ids[:, None] * kv_heads + heads) * max_len + positions[:, None]).view(-1)  # [S * KVH]
-        layers = self.key_storage.shape[0]
-        self.key_storage.view(layers, -1, head_dim)[:, rows] = new_keys.reshape(layers, -1, head_dim).to(self.dtype)
-        self.value_storage.view(layers, -1, head_dim)[:, rows] = new_values.reshape(layers, -1, head_dim).to(self.dtype)
+        for storage, new in ((self.key_storage, new_keys), (self.value_storage, new_values)):
+            dim = storage.shape[-1]
+            storage.view(layers, -1, dim)[:, rows] = new.reshape(layers, -1, dim).to(self.dtype)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from moe_models.attention import Attention
-from moe_models.forward_context import ForwardContext
+from moe_models.forward_context import AttentionModule, ForwardContext
 from moe_models.invariant_ops import invariant_attention
 from moe_models.moe import Experts
 
@@ -39,14 +38,16 @@ class SlotCacheContext(ForwardContext):
         self.cache = cache
         self.experts = experts
 
-    def attend(self, layer: int, attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, layer: int, attn: AttentionModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         """Writes k and v at each new token's cell of layer `layer`, then each group attends over its slots' filled
-        prefix only. q [N, H, D] -> [N, H * D]."""
+        prefix only (within the layer's sliding window, if any). q [N, H, Dk] -> [N, H * Dv]."""
         plan = self.plan
         k_cache, v_cache = self.cache.keys[layer], self.cache.values[layer]
         k_cache[plan.write_slots, :, plan.write_positions] = k.to(k_cache.dtype)
         v_cache[plan.write_slots, :, plan.write_positions] = v.to(v_cache.dtype)
-        width = attn.num_heads * attn.head_dim
+        width = attn.num_heads * attn.value_dim
         attend = _invariant_group if self.invariant else _attend_group
         groups = plan.groups
         if len(groups) == 1 and groups[0].is_identity:
@@ -85,28 +86,36 @@ def _group_queries(q: torch.Tensor, group: AttentionGroup) -> torch.Tensor:
 
 
 def _attend_group(
-    attn: Attention, q: torch.Tensor, group: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor
+    attn: AttentionModule, q: torch.Tensor, group: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
-    """Returns [S_g, Q_g, H * D]. Query heads are folded as [KVH, group_size * Q_g] so keys are not copied
-    per query head."""
+    """Returns [S_g, Q_g, H * Dv]. Query heads are folded as [KVH, group_size * Q_g] so keys are not copied
+    per query head; sinks (if any) join each head's softmax as one more logit."""
     slots, queries = group.token_index.shape
     qg = _group_queries(q, group).view(slots, queries, attn.num_kv_heads, attn.group_size, attn.head_dim)
     qg = qg.permute(0, 2, 3, 1, 4).reshape(slots, attn.num_kv_heads, attn.group_size * queries, -1)
     keys, values = _group_keys(group, k_cache, v_cache)
     scores = torch.matmul(qg, keys.transpose(-1, -2).to(qg.dtype)) * attn.scaling  # [S_g, KVH, G*Q, L]
-    scores = scores + group.additive_mask.to(scores.dtype)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
-    out = torch.matmul(probs, values.to(qg.dtype))  # [S_g, KVH, G*Q, D]
-    out = out.view(slots, attn.num_kv_heads, attn.group_size, queries, attn.head_dim)
-    return out.permute(0, 3, 1, 2, 4).reshape(slots, queries, attn.num_heads * attn.head_dim)
+    scores = scores + group.masks(attn.sliding_window)[0].to(scores.dtype)
+    if attn.sinks is None:
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
+    else:
+        sink = attn.sinks.to(scores.dtype).view(attn.num_kv_heads, attn.group_size, 1).expand(-1, -1, queries)
+        sink = sink.reshape(1, attn.num_kv_heads, -1, 1).expand(slots, -1, -1, 1)
+        logits = torch.cat([scores, sink], dim=-1)
+        logits = logits - logits.amax(dim=-1, keepdim=True)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)[..., :-1].to(qg.dtype)
+    out = torch.matmul(probs, values.to(qg.dtype))  # [S_g, KVH, G*Q, Dv]
+    out = out.view(slots, attn.num_kv_heads, attn.group_size, queries, attn.value_dim)
+    return out.permute(0, 3, 1, 2, 4).reshape(slots, queries, attn.num_heads * attn.value_dim)
 
 
 def _invariant_group(
-    attn: Attention, q: torch.Tensor, group: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor
+    attn: AttentionModule, q: torch.Tensor, group: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
     """`_attend_group` by `invariant_attention`: each query row's result is the trainer's for the same sequence."""
     slots, queries = group.token_index.shape
-    qg = _group_queries(q, group).transpose(1, 2)  # [S_g, H, Q_g, D]
+    qg = _group_queries(q, group).transpose(1, 2)  # [S_g, H, Q_g, Dk]
     keys, values = (t.to(qg.dtype) for t in _group_keys(group, k_cache, v_cache))  # [S_g, KVH, L, D]
-    out = invariant_attention(qg, keys, values, group.allowed, attn.scaling)  # [S_g, H, Q_g, D]
-    return out.transpose(1, 2).reshape(slots, queries, attn.num_heads * attn.head_dim)
+    allowed = group.masks(attn.sliding_window)[1]
+    out = invariant_attention(qg, keys, values, allowed, attn.scaling, attn.sinks)  # [S_g, H, Q_g, Dv]
+    return out.transpose(1, 2).reshape(slots, queries, attn.num_heads * attn.value_dim)
