@@ -130,6 +130,7 @@ def test_update_weights_labels_versions_and_resume_tags_tokens(fake: FakeSGLangS
 
 def test_model_shape_counts_moe_layers_from_hf_config(tmp_path: Path) -> None:
     cfg = {
+        "model_type": "qwen3_moe",
         "vocab_size": 1000,
         "max_position_embeddings": 4096,
         "num_hidden_layers": 6,
@@ -141,7 +142,7 @@ def test_model_shape_counts_moe_layers_from_hf_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     shape = ModelShape.from_hf_config(tmp_path, max_context=2048)
     assert shape.vocab_size == 1000 and shape.max_context == 2048
-    assert shape.routing_spec == RoutingSpec(num_layers=2, top_k=4, num_experts=64)  # layers 3 and 5 route
+    assert shape.routing_spec == RoutingSpec(num_layers=2, top_k=4, num_experts=64, layers=(3, 5))
     dense = {"vocab_size": 10, "max_position_embeddings": 64, "num_hidden_layers": 2}
     (tmp_path / "config.json").write_text(json.dumps(dense))
     assert ModelShape.from_hf_config(tmp_path).routing_spec is None

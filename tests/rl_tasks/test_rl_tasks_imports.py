@@ -10,8 +10,8 @@ from pathlib import Path
 
 def test_importing_rl_tasks_and_warmup_and_checking_a_preset_does_not_import_torch() -> None:
     code = (
-        "import sys, rl_tasks, rl_tasks.warmup, rl_tasks.greedy_eval\n"
-        "rl_tasks.warmup.WarmupConfig(model_preset='small')\n"
+        "import sys, rl_tasks, rl_tasks.warmup, rl_tasks.greedy_eval, rl_tasks.model_config\n"
+        "rl_tasks.warmup.WarmupConfig(); rl_tasks.model_config.ModelConfig(family='deepseek_v3', preset='small')\n"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

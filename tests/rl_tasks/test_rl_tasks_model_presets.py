@@ -1,15 +1,17 @@
-"""The warm-up's model preset is checked when its config is constructed, against the presets moe_models defines."""
+"""The model section's family and size preset are checked when it is constructed, against what moe_models defines
+(read from its source, without torch); a checkpoint directory is checked for its family and tokenizer files."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
-from moe_models.config import PRESETS, MoEConfig
+from moe_models.config import FAMILY_NAMES, PRESETS, MoEConfig
 from rl_tasks import model_presets
-from rl_tasks.model_presets import model_preset_names
-from rl_tasks.warmup import WarmupConfig
+from rl_tasks.model_config import ModelConfig
+from rl_tasks.model_presets import model_family_names, model_preset_names
 
 
 def test_preset_names_are_those_moe_models_defines() -> None:
@@ -18,11 +20,31 @@ def test_preset_names_are_those_moe_models_defines() -> None:
         assert MoEConfig.preset(name, vocab_size=16).hidden_size == PRESETS[name]["hidden_size"]
 
 
-def test_an_unknown_preset_fails_when_the_warmup_config_is_constructed() -> None:
-    message = "warmup.model_preset: expected one of ['small', 'tiny'], got 'huge'"
+def test_family_names_are_those_moe_models_defines() -> None:
+    assert model_family_names() == FAMILY_NAMES
+
+
+def test_an_unknown_preset_or_family_fails_when_the_model_config_is_constructed() -> None:
+    message = "model.preset: expected one of ['small', 'tiny'], got 'huge'"
     with pytest.raises(ValueError, match=re.escape(message)):
-        WarmupConfig(model_preset="huge")
-    assert WarmupConfig(model_preset="small").model_preset == "small"
+        ModelConfig(preset="huge")
+    with pytest.raises(ValueError, match=re.escape(f"model.family: expected one of {list(FAMILY_NAMES)}, got 'llama'")):
+        ModelConfig(family="llama")
+    assert ModelConfig(family="mixtral", preset="small").resolved_family() == "mixtral"
+
+
+def test_a_checkpoint_directory_gives_its_family_or_names_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"expected a checkpoint directory with config\.json"):
+        ModelConfig(path=str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match=r"has no tokenizer\.json, tokenizer_config\.json"):
+        ModelConfig(path=str(tmp_path))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(ValueError, match=re.escape(f"model_type 'llama'; supported families: {list(FAMILY_NAMES)}")):
+        ModelConfig(path=str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
+    assert ModelConfig(path=str(tmp_path)).resolved_family() == "gpt_oss"
 
 
 def test_a_presets_table_that_is_not_a_literal_is_a_loud_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

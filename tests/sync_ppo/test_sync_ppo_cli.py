@@ -129,7 +129,9 @@ def test_bad_values_raise_with_got_and_expected(tmp_path: Path) -> None:
         ("--train.micro_batch_tokens", "0", "train.micro_batch_tokens"),
         ("--train.mini_batches_per_step", "0", "train.mini_batches_per_step"),
         ("--train.ppo_epochs", "0", "train.ppo_epochs"),
-        ("--warmup.model_preset", "huge", "warmup.model_preset"),
+        ("--model.preset", "huge", "model.preset"),
+        ("--model.family", "llama", "model.family"),
+        ("--model.path", "no-such-dir", "model.path"),
         ("--algorithm.clip_low", "5", "clip_low"),
     ],
 )

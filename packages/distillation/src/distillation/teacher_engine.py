@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from engine_adapters.engine_config import VLLM_FAMILIES
+
 if TYPE_CHECKING:
     from rollout_core.teacher_scores import TeacherScores
 
@@ -49,6 +51,11 @@ class NativeTeacherEngineConfig:
     """The native engine's scoring call in the owning process (`native_engine.TeacherScorer`, on its own thread)."""
 
     kind: Literal["native"] = "native"
+
+    def unsupported_family(self, family: str) -> str:
+        """ "": the native engine scores every family."""
+        return ""
+
     batch_tokens: int = _help("padded tokens per teacher prefill", 4096)
 
     def __post_init__(self) -> None:
@@ -73,6 +80,12 @@ class VLLMTeacherEngineConfig:
     def __post_init__(self) -> None:
         if not self.startup_timeout_s > 0:
             raise ValueError(f"teacher.engine.startup_timeout_s: expected > 0, got {self.startup_timeout_s}")
+
+    def unsupported_family(self, family: str) -> str:
+        """Why a vLLM teacher cannot serve a model of `family`, or "" (the vLLM adapter's `VLLM_FAMILIES`)."""
+        if family in VLLM_FAMILIES:
+            return ""
+        return f"teacher.engine vllm: the vLLM adapter serves {list(VLLM_FAMILIES)}, got a {family} teacher"
 
     async def build(self, site: TeacherSite) -> TeacherEngine:
         from distillation.engines import VLLMTeacherEngine

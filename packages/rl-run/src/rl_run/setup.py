@@ -70,12 +70,12 @@ def check_lengths(cfg: RecipeConfig, task: Task) -> tuple[int, int]:
     splits = task.splits
     longest_prompt = max(len(encode_prompt(tokenizer, ex.prompt)) for ex in (*splits.train, *splits.validation))
     max_len = longest_prompt + response_budget(task, max_new)
-    model: MoEConfig = build_base_model_config(task, cfg.warmup, tokenizer)  # type: ignore[assignment]
+    model: MoEConfig = build_base_model_config(task, cfg.warmup, tokenizer, cfg.model)  # type: ignore[assignment]
     if max_len > model.max_position_embeddings:
         raise ValueError(
             f"rollout.max_new_tokens {max_new}: the longest prompt ({longest_prompt} tokens) plus the response budget "
             f"({max_len - longest_prompt} tokens) needs {max_len} positions; expected at most the model's "
-            f"max_position_embeddings {model.max_position_embeddings} (warmup.model_preset {cfg.warmup.model_preset!r})"
+            f"max_position_embeddings {model.max_position_embeddings} (model.preset {cfg.model.preset!r})"
         )
     return max_new, max_len
 
@@ -97,7 +97,7 @@ def prepare_run(cfg: RecipeConfig, *, resume: bool = False, runs_root: Path = Pa
     warn_singleton_groups(cfg)
     run, lock = claim_run_dir(cfg, resume=resume, runs_root=runs_root)
     try:
-        base = ensure_base_checkpoint(task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        base = ensure_base_checkpoint(task, cfg.warmup, Path(cfg.run.warmup_cache).resolve(), cfg.model)
         tokenizer = load_tokenizer(base.checkpoint_dir)
     except BaseException:
         lock.release()

@@ -1,8 +1,10 @@
-"""The model preset names `moe_models.MoEConfig.preset` accepts, known without importing torch.
+"""The model preset names `moe_models.MoEConfig.preset` accepts and the model families it supports, known without
+importing torch.
 
 Importing any `moe_models` module runs the package's `__init__`, which imports torch, so the names are read from
-the source of `moe_models/config.py`: the keys of its module-level literal `PRESETS` dict. The file is located
-without executing the package (a top-level `find_spec` only finds it) and parsed, never run.
+the source of `moe_models/config.py`: the keys of its module-level literal `PRESETS` dict and its literal
+`FAMILY_NAMES` tuple. The file is located without executing the package (a top-level `find_spec` only finds it) and
+parsed, never run.
 """
 
 from __future__ import annotations
@@ -32,14 +34,35 @@ def _names(value: ast.expr, path: Path) -> tuple[str, ...]:
     return tuple(sorted(presets))
 
 
-@functools.cache
-def model_preset_names() -> tuple[str, ...]:
-    """The preset names, sorted."""
+def _literal(name: str) -> tuple[ast.expr, Path]:
+    """The value expression of the module-level assignment to `name` in moe_models/config.py."""
     path = _config_source()
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     for node in tree.body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-            if any(isinstance(t, ast.Name) and t.id == "PRESETS" for t in targets) and node.value is not None:
-                return _names(node.value, path)
-    raise ImportError(f"{path}: expected a module-level literal PRESETS dict, got none")
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+                return node.value, path
+    kind = "dict" if name == "PRESETS" else "tuple"
+    raise ImportError(f"{path}: expected a module-level literal {name} {kind}, got none")
+
+
+@functools.cache
+def model_preset_names() -> tuple[str, ...]:
+    """The preset names, sorted."""
+    return _names(*_literal("PRESETS"))
+
+
+@functools.cache
+def model_family_names() -> tuple[str, ...]:
+    """The supported families (Hugging Face `model_type`s), in moe_models' order."""
+    value, path = _literal("FAMILY_NAMES")
+    try:
+        names = ast.literal_eval(value)
+    except ValueError:
+        names = None
+    if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
+        raise ImportError(
+            f"{path}: FAMILY_NAMES: expected a non-empty literal tuple of names, got {ast.unparse(value):.80}"
+        )
+    return names

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
-from rl_tasks.model_presets import model_preset_names
+from rl_tasks.model_config import ModelConfig
 from rl_tasks.task import Piece, Task, TaskBuilder
 
 if TYPE_CHECKING:
@@ -39,15 +39,15 @@ METADATA_FILE = "warmup.json"
 
 @dataclass(frozen=True)
 class WarmupConfig:
-    """`steps` optimizer steps of `examples_per_step` train examples each; AdamW at `lr` after a linear
-    ramp over `lr_warmup_steps`. `model_preset` names a `MoEConfig.preset` (checked here, without importing
-    torch). `torch_threads` sets torch's intra-op threads while warming up (None: leave torch's setting); the
-    default is 1 because on a shared 2-core machine a second thread made each step several times slower
-    (spinning), not faster. A step whose padded batch (rows x longest row) exceeds `micro_batch_tokens` runs in
-    length-sorted micro-batches with the same gradient (to float rounding), so long-tailed demonstrations do not
-    all pad to the longest; a step that fits runs whole, exactly as without the setting. `experts_kernel` is
-    the routed experts' autograd kernel (`moe_models.set_experts_kernel`); it changes results at float rounding
-    only; `looped` is the faster one, most on long demonstrations (timings in docs/numerics.md).
+    """`steps` optimizer steps of `examples_per_step` train examples each; AdamW at `lr` after a linear ramp over
+    `lr_warmup_steps`; the model it trains is a `ModelConfig`'s family and size preset. `torch_threads` sets torch's
+    intra-op threads while warming up (None: leave torch's setting); the default is 1 because on a shared 2-core
+    machine a second thread made each step several times slower (spinning), not faster. A step whose padded batch
+    (rows x longest row) exceeds `micro_batch_tokens` runs in length-sorted micro-batches with the same gradient (to
+    float rounding), so long-tailed demonstrations do not all pad to the longest; a step that fits runs whole, exactly
+    as without the setting. `experts_kernel` is the routed experts' autograd kernel (`moe_models.set_experts_kernel`);
+    it changes results at float rounding only; `looped` is the faster one, most on long demonstrations (timings in
+    docs/numerics.md).
 
     `dtype` is the precision the warm-up trains in; the checkpoint is always saved (and scored) in float32.
     float64 makes the base the same on every CPU: two CPUs whose kernels sum in different orders (AVX2 vs AVX-512,
@@ -63,7 +63,6 @@ class WarmupConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay"})
     grad_clip: float = field(default=1.0, metadata={"help": "max global grad norm per step"})
     seed: int = field(default=0, metadata={"help": "seeds the model's initialisation and the example draws"})
-    model_preset: str = field(default="tiny", metadata={"help": "MoEConfig preset of the base model"})
     torch_threads: int | None = field(
         default=1, metadata={"help": "torch threads while warming up (none: leave the process's setting)"}
     )
@@ -97,9 +96,6 @@ class WarmupConfig:
             raise ValueError(f"warmup.dtype: expected 'float64' or 'float32', got {self.dtype!r}")
         if self.experts_kernel not in ("padded", "looped"):
             raise ValueError(f"warmup.experts_kernel: expected 'padded' or 'looped', got {self.experts_kernel!r}")
-        presets = model_preset_names()
-        if self.model_preset not in presets:
-            raise ValueError(f"warmup.model_preset: expected one of {list(presets)}, got {self.model_preset!r}")
 
     def cache_fields(self) -> dict[str, object]:
         """Fields that change the weights (`torch_threads` does not)."""
@@ -145,12 +141,17 @@ def build_task_tokenizer(task: Task | TaskBuilder) -> TaskTokenizer:
     return build_char_tokenizer(as_task(task).alphabet)
 
 
-def build_base_model_config(task: Task | TaskBuilder, warmup: WarmupConfig, tokenizer: TaskTokenizer) -> object:
-    """The `warmup.model_preset` MoE sized to `tokenizer` (the task enters only through its tokenizer)."""
+def build_base_model_config(
+    task: Task | TaskBuilder, warmup: WarmupConfig, tokenizer: TaskTokenizer, model: ModelConfig | None = None
+) -> object:
+    """The warm-up's MoE (`model`'s family at its size preset; default: the tiny Qwen3-MoE) sized to `tokenizer` (the
+    task enters only through its tokenizer)."""
     from moe_models import MoEConfig
 
+    model = model or ModelConfig()
     return MoEConfig.preset(
-        warmup.model_preset,
+        model.preset,
+        model_type=model.family,
         vocab_size=tokenizer.vocab_size,
         bos_token_id=tokenizer.bos_id,
         eos_token_id=tokenizer.eos_id,
@@ -277,13 +278,13 @@ def train_warmup(model: torch.nn.Module, tokenizer: TaskTokenizer, task: Task, c
     return sum(tail) / len(tail) if tail else None
 
 
-def _build(task: Task, warmup: WarmupConfig, key: str, out_dir: Path) -> WarmupResult:
-    """Trains, evaluates and saves into `out_dir` (which must not exist); `warmup.json` is written last."""
+def _build(task: Task, warmup: WarmupConfig, model_config: object, key: str, out_dir: Path) -> WarmupResult:
+    """Trains `model_config`'s model, evaluates and saves into `out_dir` (which must not exist); `warmup.json` is
+    written last."""
     import torch
     from moe_models import MoEForCausalLM, save_pretrained, set_experts_kernel
 
     tokenizer = build_task_tokenizer(task)
-    model_config = build_base_model_config(task, warmup, tokenizer)
     torch.manual_seed(warmup.seed)
     model = MoEForCausalLM(model_config)  # initialised in float32, so both dtypes start from the same weights
     set_experts_kernel(model, warmup.experts_kernel)
@@ -321,16 +322,23 @@ def _read_cached(path: Path, key: str) -> WarmupResult:
 
 
 def ensure_base_checkpoint(
-    task: Task | TaskBuilder, warmup: WarmupConfig, cache_root: str | Path = Path(".cache") / "warmup"
+    task: Task | TaskBuilder,
+    warmup: WarmupConfig,
+    cache_root: str | Path = Path(".cache") / "warmup",
+    model: ModelConfig | None = None,
 ) -> WarmupResult:
     """The cached base checkpoint for (task, warmup, model config), built first if missing. A task config is
-    built first (`as_task`)."""
+    built first (`as_task`). `model`: the family and size to build (default: the tiny Qwen3-MoE); its `path` must be
+    empty (a checkpoint the user brings is not warmed up)."""
     import torch
 
+    if model is not None and model.path:
+        raise ValueError(f"ensure_base_checkpoint: got model.path {model.path!r}, expected none (no warm-up for it)")
     task = as_task(task)
     cache_root = Path(cache_root)
     tokenizer = build_task_tokenizer(task)
-    key = warmup_key(task, warmup, build_base_model_config(task, warmup, tokenizer))
+    model_config = build_base_model_config(task, warmup, tokenizer, model)
+    key = warmup_key(task, warmup, model_config)
     final = cache_root / f"warmup-{key}"
     if (final / METADATA_FILE).is_file():
         return _read_cached(final, key)
@@ -346,7 +354,7 @@ def ensure_base_checkpoint(
     try:
         if warmup.torch_threads is not None:
             torch.set_num_threads(warmup.torch_threads)
-        result = _build(task, warmup, key, tmp)
+        result = _build(task, warmup, model_config, key, tmp)
         try:
             os.replace(tmp, final)
         except OSError:

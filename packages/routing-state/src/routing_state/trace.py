@@ -152,15 +152,18 @@ class RoutingTrace:
         return rows, mask
 
     # ------------------------------------------------------------------ wire formats
-    def _header(self) -> dict[str, int | str]:
+    def _header(self) -> dict[str, object]:
         s = self.spec
-        return {
+        header: dict[str, object] = {
             "num_layers": s.num_layers,
             "top_k": s.top_k,
             "num_experts": s.num_experts,
             "len": self._len,
             "dtype": s.dtype.name,
         }
+        if s.layers is not None:
+            header["layers"] = list(s.layers)
+        return header
 
     def to_bytes(self) -> bytes:
         """`RTRC`, a format byte, a JSON header (length-prefixed), the rows, then the int64 versions (LE)."""
@@ -186,7 +189,8 @@ class RoutingTrace:
             raise ValueError(f"from_bytes: expected format version {_FORMAT_VERSION}, got {data[4]}")
         (hlen,) = struct.unpack("<I", data[5:9])
         header = json.loads(data[9 : 9 + hlen])
-        spec = RoutingSpec(header["num_layers"], header["top_k"], header["num_experts"])
+        layers = header.get("layers")
+        spec = RoutingSpec(header["num_layers"], header["top_k"], header["num_experts"], _layers(layers))
         n = int(header["len"])
         dtype = np.dtype(header["dtype"]).newbyteorder("<")
         row_bytes = n * spec.num_layers * spec.top_k * dtype.itemsize
@@ -200,24 +204,37 @@ class RoutingTrace:
         return trace
 
     def to_json_dict(self) -> dict[str, object]:
-        """`{"data": base64 rows, "shape": [...], "dtype": ..., "versions": [...], "num_experts": E}`."""
+        """`{"data": base64 rows, "shape": [...], "dtype": ..., "versions": [...], "num_experts": E}`, plus `"layers"`
+        (the decoder layer of each column) when the spec states them."""
         rows = np.ascontiguousarray(self._rows[: self._len])
-        return {
+        out: dict[str, object] = {
             "data": base64.b64encode(rows.astype(self.spec.dtype.newbyteorder("<")).tobytes()).decode(),
             "shape": [self._len, *self.spec.row_shape],
             "dtype": self.spec.dtype.name,
             "versions": [int(v) for v in self._versions[: self._len]],
             "num_experts": self.spec.num_experts,
         }
+        if self.spec.layers is not None:
+            out["layers"] = list(self.spec.layers)
+        return out
 
     @classmethod
     def from_json_dict(cls, d: dict[str, object]) -> RoutingTrace:
         shape = [int(s) for s in d["shape"]]  # type: ignore[union-attr]
         if len(shape) != 3:
             raise ValueError(f"from_json_dict: expected shape [rows, layers, top_k], got {shape}")
-        spec = RoutingSpec(shape[1], shape[2], int(d["num_experts"]))  # type: ignore[arg-type]
+        spec = RoutingSpec(shape[1], shape[2], int(d["num_experts"]), _layers(d.get("layers")))  # type: ignore[arg-type]
         raw = base64.b64decode(d["data"])  # type: ignore[arg-type]
         trace = cls(spec)
         dtype = np.dtype(str(d["dtype"])).newbyteorder("<")
         trace.extend((raw, shape, dtype), version=list(d["versions"]), start=0)  # type: ignore[arg-type]
         return trace
+
+
+def _layers(value: object) -> tuple[int, ...] | None:
+    """A serialised `RoutingSpec.layers` (a list of ints, or absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
+        raise ValueError(f"routing layers: expected a list of decoder-layer indices, got {value!r:.80}")
+    return tuple(value)

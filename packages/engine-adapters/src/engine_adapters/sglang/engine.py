@@ -26,7 +26,7 @@ from typing import Self
 
 import numpy as np
 from rollout_core import SamplingParams, Segment, check_prompt
-from routing_state import RoutingSpec
+from routing_state import RoutingSpec, routing_spec
 
 from engine_adapters.routing_rows import decode_int32_base64, normalise_rows
 from engine_adapters.sglang.client import SGLangClient, SGLangPauseMode
@@ -44,13 +44,7 @@ class ModelShape:
     @classmethod
     def from_hf_config(cls, model_dir: str | Path, max_context: int | None = None) -> ModelShape:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
-        spec = None
-        if cfg.get("num_experts"):
-            step = int(cfg.get("decoder_sparse_step", 1))
-            dense = set(cfg.get("mlp_only_layers") or [])
-            moe = [i for i in range(cfg["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0]
-            spec = RoutingSpec(len(moe), int(cfg["num_experts_per_tok"]), int(cfg["num_experts"]))
-        return cls(int(cfg["vocab_size"]), int(max_context or cfg["max_position_embeddings"]), spec)
+        return cls(int(cfg["vocab_size"]), int(max_context or cfg["max_position_embeddings"]), routing_spec(cfg))
 
 
 @dataclass

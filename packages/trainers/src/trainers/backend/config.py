@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +75,12 @@ class TorchBackendConfig:
     """Plain torch in this process (or FSDP2 over an initialised torch.distributed group)."""
 
     kind: Literal["torch"] = "torch"
+
+    def unsupported_family(self, family: str) -> str:
+        """Why this backend cannot train a model of `family` (a Hugging Face model_type), or "": it trains every
+        family moe_models defines."""
+        return ""
+
     device: Literal["auto", "cpu", "cuda"] = _help("where the policy trains (auto: cuda when available)", "auto")
     compute_dtype: Literal["float32", "bfloat16"] = _help(
         "dtype of the forward and backward (bfloat16: torch autocast; the weights and AdamW stay fp32, log-probs are "
@@ -130,6 +136,7 @@ class VeOmniBackendConfig:
 
     kind: Literal["veomni"] = "veomni"
     ranks: int = _help(RANKS_HELP, 2)
+    families: ClassVar[tuple[str, ...]] = ("qwen3_moe",)  # the families VeOmni's models and our mapping cover
     device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
     compute_dtype: Literal["float32", "bfloat16"] = _help(
         "dtype of the forward and backward (bfloat16: torch autocast; weights and AdamW stay fp32)", "float32"
@@ -138,6 +145,9 @@ class VeOmniBackendConfig:
 
     def __post_init__(self) -> None:
         _positive_ints(self, "ranks", "torch_threads")
+
+    def unsupported_family(self, family: str) -> str:
+        return _family_refusal("veomni", family, self.families)
 
     def check_installed(self) -> None:
         from trainers.backend.veomni.install import check_installed
@@ -180,6 +190,7 @@ class MegatronBackendConfig:
 
     kind: Literal["megatron"] = "megatron"
     ranks: int = _help(RANKS_HELP, 2)
+    families: ClassVar[tuple[str, ...]] = ("qwen3_moe",)  # the families our GPTModel build and mapping cover
     expert_parallel: int = _help(
         "ranks the experts are split over (must divide ranks and the expert count; 1: every rank holds all)", 2
     )
@@ -193,6 +204,9 @@ class MegatronBackendConfig:
                 f"backend.expert_parallel: expected a divisor of backend.ranks ({self.ranks}), got "
                 f"{self.expert_parallel}"
             )
+
+    def unsupported_family(self, family: str) -> str:
+        return _family_refusal("megatron", family, self.families)
 
     def check_installed(self) -> None:
         from trainers.backend.megatron.install import check_installed
@@ -224,6 +238,12 @@ class MegatronBackendConfig:
             device=device,
             seed=seed,
         )
+
+
+def _family_refusal(kind: str, family: str, served: tuple[str, ...]) -> str:
+    if family in served:
+        return ""
+    return f"backend.kind {kind} builds and maps {list(served)} models only, got a {family} model"
 
 
 def _positive_ints(cfg: object, *names: str) -> None:
