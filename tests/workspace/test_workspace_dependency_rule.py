@@ -236,7 +236,8 @@ OPTIONAL: tuple[OptionalImport, ...] = (
         "trainers/backend/rank_worker.py",
         "transformers",
         "root-group veomni",
-        "imported only when `find_spec('transformers')` finds it (VeOmni's ranks); the Megatron environment lacks it",
+        "imported only when `find_spec('transformers')` finds it (VeOmni's ranks; the Megatron environment has it for "
+        "its DeepSeek-V3 parity tests)",
     ),
 )
 

@@ -118,7 +118,7 @@ def _build(args: RankArgs) -> tuple[TrainingBackend, Algorithm]:
 
 def _quiet_transformers() -> None:
     """No progress bars or info logs from transformers (VeOmni builds its model with it) in the ranks' output."""
-    if find_spec("transformers") is None:  # the megatron environment has no transformers
+    if find_spec("transformers") is None:  # an environment without transformers (trainers alone)
         return
     import transformers
 
