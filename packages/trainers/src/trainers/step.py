@@ -9,7 +9,8 @@ and the step's metrics; the epochs x mini-batches x micro-batches loop and its l
     w, mask <- rollout_correction(pi_train, mu)               if the algorithm has a correction
     run_update: for epoch, mini-batch:                        one optimiser step each
         for micro-batch: backend.forward_backward(micro, algorithm.loss)
-    mismatch: rollout log-probs vs the trainer's pre-update replayed forward (and a sample without replay)
+    mismatch: rollout log-probs vs the trainer's pre-update replayed forward (and a sample without replay, which
+              costs one forward of the sample; its replayed side comes from the update's own first forward)
 
 Every `mismatch/*` metric covers only tokens sampled by the weights the trainer holds (`/tokens` counts them): in
 synchronous training all of them, in asynchronous training the fresh ones.
@@ -102,26 +103,36 @@ def same_version_mask(batch: TrainBatch, version: int) -> torch.Tensor:  # [B, T
     return batch.response_mask * (batch.token_versions == version).to(batch.response_mask.dtype)
 
 
-def _no_replay_sample(
-    backend: TrainingBackend, batch: TrainBatch, cfg: TrainLoopConfig, seed: int, version: int
-) -> dict[str, torch.Tensor]:
-    """Mismatch without (and with) replay on up to `mismatch_sample_seqs` real sequences holding tokens of the
-    version the trainer holds, a seeded choice per version (none: no extra forward)."""
+def _sample_rows(batch: TrainBatch, cfg: TrainLoopConfig, seed: int, version: int) -> list[int]:
+    """Up to `mismatch_sample_seqs` real sequences holding tokens of the version the trainer holds, a seeded choice
+    per version (empty: no sample, no extra forward)."""
     fresh = same_version_mask(batch, version).sum(dim=1) > 0  # host tensors: no device wait
     real = torch.nonzero(fresh & ~batch.is_padding).flatten().tolist()
     if cfg.mismatch_sample_seqs == 0 or not real or batch.replay_ids is None:
-        return {}
+        return []
     rng = np.random.default_rng([seed, version])
-    rows = sorted(rng.choice(real, size=min(cfg.mismatch_sample_seqs, len(real)), replace=False).tolist())
+    return sorted(rng.choice(real, size=min(cfg.mismatch_sample_seqs, len(real)), replace=False).tolist())
+
+
+def _no_replay_sample(
+    backend: TrainingBackend, batch: TrainBatch, rows: list[int], budget: int, version: int
+) -> tuple[dict[str, torch.Tensor], TrainBatch | None]:
+    """Mismatch without replay on the sample `rows` (scored before the update): its metrics and the sample."""
+    if not rows:
+        return {}, None
     sub = select_rows(batch, rows).to(backend.device)
     same = same_version_mask(sub, version)
-    budget = cfg.micro_batch_tokens
-    out = log_prob_mismatch(
-        score(backend, sub, budget, replay=False), sub.rollout_log_probs, same, "mismatch/no_replay"
-    )
-    # the same sequences with replay, for a like-for-like comparison (mismatch/replay covers the whole batch)
-    lp = score(backend, sub, budget, replay=True)
-    return out | log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/sample_replay")
+    lp = score(backend, sub, budget, replay=False)
+    return log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/no_replay"), sub
+
+
+def _sample_replay(
+    sub: TrainBatch, rows: list[int], replayed: torch.Tensor, version: int
+) -> dict[str, torch.Tensor]:
+    """The same sample's mismatch with replay, for a like-for-like comparison (mismatch/replay covers the whole
+    batch), from the pre-update replayed log-probs of the whole batch `replayed` `[B, T-1]`."""
+    lp = replayed[rows, : sub.rollout_log_probs.shape[1]]
+    return log_prob_mismatch(lp, sub.rollout_log_probs, same_version_mask(sub, version), "mismatch/sample_replay")
 
 
 def _top_k(batch: TrainBatch, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -309,10 +320,19 @@ def train_step(
         is_weights, mask, corr = rollout_correction(pi_train, dev.rollout_log_probs, mask, algorithm.correction)
         metrics.add(corr)
         host_mask = mask.cpu()
-    metrics.add(_no_replay_sample(backend, batch, cfg, seed, version))
+    sample_rows = _sample_rows(batch, cfg, seed, version)
+    no_replay, sample = _no_replay_sample(backend, batch, sample_rows, budget, version)
+    metrics.add(no_replay)
     plan = StepPlan.build(
         batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget, dp=backend.data_parallel
     )
+    # the sample's replayed pre-update log-probs: the recomputed old ones or the one mini-batch's own training forward
+    # (no extra forward) when those replay, else a forward of their own now
+    replayed = old if replay else None
+    own_forward = not replay or len(plan.mini_batches) > 1 or backend.data_parallel is not None
+    if sample is not None and replayed is None and own_forward:
+        replayed = torch.zeros_like(dev.rollout_log_probs)
+        replayed[sample_rows, : sample.rollout_log_probs.shape[1]] = score(backend, sample, budget, replay=True)
     beyond = _beyond_bound(backend, algorithm, dev, mask, old, cfg, len(plan.mini_batches), metrics)
     t = _Tensors(
         dev.rollout_log_probs if old is None else old,
@@ -329,6 +349,8 @@ def train_step(
         backend, _micro_batches(plan), cfg.ppo_epochs, backward, metrics, step=version + 1, dp=backend.data_parallel
     )
     metrics.add(_replay_mismatch(dev, version, old, first, plan.mini_batches[0], replay, backend.data_parallel))
+    if sample is not None:
+        metrics.add(_sample_replay(sample, sample_rows, replayed if replayed is not None else first, version))
     backend.advance_version()
     if backend.data_parallel is not None:
         metrics.reduce_over(backend.data_parallel)  # each rank holds its rows' share of every loss metric
