@@ -56,3 +56,29 @@ def test_a_bf16_engine_diverges_by_rounding_and_the_report_names_the_first_op(tm
     assert "step_3.jsonl: 2 samples" in text and "first divergence: layer -1 op embed" in text
     with pytest.raises(SystemExit, match=r"step_4\.jsonl"):
         report(tmp_path, 4, 1e-2)
+
+
+@pytest.mark.parametrize(
+    ("family", "module", "op"),
+    [
+        ("qwen2_moe", "mlp.shared_expert", "shared_out"),
+        ("mixtral", "self_attn", "attn_out"),
+        ("deepseek_v3", "self_attn", "attn_out"),  # MLA
+        ("deepseek_v3", "mlp.shared_expert", "shared_out"),
+        ("gpt_oss", "mlp.experts", "mlp_out"),
+        ("gpt_oss", "mlp.gate", "router_logits"),
+    ],
+)
+def test_every_family_is_traced_and_a_perturbed_op_named(family: str, module: str, op: str):
+    torch.manual_seed(0)
+    trainer = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=32, model_type=family)).eval()
+    engine = copy.deepcopy(trainer)
+    assert first_divergence(probe(engine, trainer, SEQS), 1e-7) is None
+    with torch.no_grad():
+        target = engine.model.layers[2]
+        for part in module.split("."):
+            target = getattr(target, part)
+        for p in target.parameters():
+            p.mul_(1.01)
+    first = first_divergence(probe(engine, trainer, SEQS), 1e-4)
+    assert first is not None and (first.layer, first.op) == (2, op)

@@ -3,7 +3,8 @@ router, expert block and output produced, in forward order, as float32 copies on
 
 Ops per layer, in order: `attn_out` (the attention block's output, before the residual), `router_logits` (MoE
 layers: the router's logits, `[tokens, experts]`), `topk` (MoE layers: the chosen expert ids, sorted per token),
-`mlp_out` (the dense MLP's or the MoE block's output, before the residual) and `hidden` (the layer's output). Before
+`mlp_out` (the dense MLP's or the routed experts' output, before the residual), `shared_out` (MoE layers of families
+with a shared expert: its output, gated where the family gates it) and `hidden` (the layer's output). Before
 the layers: `embed`; after them: `logits`. Every value is per token, `[tokens, ...]` (the `[B, T]` input flattened
 row-major). The model routes by itself (no replay): a routing flip shows up as a `topk` difference. The points are
 those the decoder reports to its context's trace hook (`ForwardContext.record`), so the trace is the model's own
@@ -19,7 +20,7 @@ import torch
 
 from moe_models.model import MoEForCausalLM
 
-OPS = ("attn_out", "router_logits", "topk", "mlp_out", "hidden")
+OPS = ("attn_out", "router_logits", "topk", "mlp_out", "shared_out", "hidden")
 
 
 @dataclass(frozen=True)

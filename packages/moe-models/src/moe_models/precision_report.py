@@ -14,9 +14,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from moe_models.forward_trace import OPS
 from moe_models.precision_probe import FOLDER, OpDiff, read_probe
 
-ORDER = ("embed", "attn_out", "router_logits", "topk", "mlp_out", "hidden", "logits")
+ORDER = ("embed", *OPS, "logits")
 
 
 def first_divergence(diffs: Sequence[OpDiff], tolerance: float) -> OpDiff | None:
