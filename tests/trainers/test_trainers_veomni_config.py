@@ -1,5 +1,6 @@
-"""The VeOmni backend's config and driver side, in the default environment (no VeOmni): a bad rank count or a
-missing installation is a clear error, and what crosses the rank pipes is copied, never shared."""
+"""The VeOmni backend's config and driver side, in the default environment (no VeOmni): a bad rank count, a model
+family VeOmni cannot train or a missing installation is a clear error, and what crosses the rank pipes is copied,
+never shared."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from moe_models import FAMILY_NAMES
 from trainers import TrainLoopConfig
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
-from trainers.backend.config import VeOmniBackendConfig
+from trainers.backend.config import VEOMNI_UNSERVED, VeOmniBackendConfig
 from trainers.backend.rank_worker import portable, receive, send
 from trainers.step_metrics import NonFiniteError
 from trainers.step_runner import StepSpec, build_steps
@@ -24,6 +26,31 @@ from trainers.step_runner import StepSpec, build_steps
 def test_veomni_config_refuses_a_rank_or_thread_count_that_is_not_a_positive_int(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"backend.{field}: expected an int >= 1"):
         VeOmniBackendConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_veomni_trains_qwen3_moe() -> None:
+    assert VeOmniBackendConfig().unsupported_family("qwen3_moe") == ""
+
+
+@pytest.mark.parametrize(
+    ("family", "reason"),
+    [
+        ("qwen2_moe", "VeOmni 0.1.12 has no Qwen2-MoE model"),
+        ("mixtral", "VeOmni 0.1.12 has no Mixtral model"),
+        ("deepseek_v3", "VeOmni 0.1.12's DeepSeek-V3 MoE block never calls its router-replay hook"),
+        ("gpt_oss", "VeOmni 0.1.12's GPT-OSS MoE block never calls its router-replay hook"),
+    ],
+)
+def test_veomni_refuses_a_family_it_cannot_train_and_says_why(family: str, reason: str) -> None:
+    got = VeOmniBackendConfig().unsupported_family(family)
+    assert got.startswith(f"backend.kind veomni builds and maps ['qwen3_moe'] models only, got a {family} model: ")
+    assert reason in got
+
+
+def test_every_model_family_is_either_trained_by_veomni_or_refused_with_a_reason() -> None:
+    served = set(VeOmniBackendConfig.families)
+    assert served | set(VEOMNI_UNSERVED) == set(FAMILY_NAMES)
+    assert not served & set(VEOMNI_UNSERVED)
 
 
 @pytest.mark.skipif(find_spec("veomni") is not None, reason="this environment has VeOmni")

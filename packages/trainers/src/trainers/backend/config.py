@@ -132,7 +132,8 @@ RANKS_HELP = (
 class VeOmniBackendConfig:
     """VeOmni's Qwen3-MoE (its generated modeling, eager ops) sharded with its FSDP2 over `ranks` processes of their
     own (gloo on CPU, nccl on GPU); router replay through VeOmni's replay hook. Needs the `veomni` dependency group
-    (`bash scripts/test_veomni.sh` builds `.veomni-env`); the default install does not have it."""
+    (`bash scripts/test_veomni.sh` builds `.veomni-env`); the default install does not have it. Why every other
+    family is refused: `VEOMNI_UNSERVED`."""
 
     kind: Literal["veomni"] = "veomni"
     ranks: int = _help(RANKS_HELP, 2)
@@ -147,7 +148,7 @@ class VeOmniBackendConfig:
         _positive_ints(self, "ranks", "torch_threads")
 
     def unsupported_family(self, family: str) -> str:
-        return _family_refusal("veomni", family, self.families)
+        return veomni_family_refusal(family)
 
     def check_installed(self) -> None:
         from trainers.backend.veomni.install import check_installed
@@ -240,10 +241,34 @@ class MegatronBackendConfig:
         )
 
 
-def _family_refusal(kind: str, family: str, served: tuple[str, ...]) -> str:
+def _no_replay_hook(name: str, family: str) -> str:
+    return (
+        f"VeOmni 0.1.12's {name} MoE block never calls its router-replay hook "
+        f"(veomni.utils.moe_router_replay.maybe_replay_indices; {family!r} is not in its SUPPORTED_MOE_MODEL_TYPES), "
+        "so router replay cannot reach its routers"
+    )
+
+
+# Why VeOmni 0.1.12 cannot train each moe_models family but Qwen3-MoE (docs/veomni.md, "Model families"; the
+# `veomni`-marked tests/trainers/test_trainers_veomni_families.py pins each reason against VeOmni itself).
+VEOMNI_UNSERVED: dict[str, str] = {
+    "qwen2_moe": "VeOmni 0.1.12 has no Qwen2-MoE model (no 'qwen2_moe' in its model registry)",
+    "mixtral": "VeOmni 0.1.12 has no Mixtral model (no 'mixtral' in its model registry)",
+    "deepseek_v3": _no_replay_hook("DeepSeek-V3", "deepseek_v3"),
+    "gpt_oss": _no_replay_hook("GPT-OSS", "gpt_oss"),
+}
+
+
+def veomni_family_refusal(family: str) -> str:
+    """Why the VeOmni backend cannot train a model of `family` (a Hugging Face model_type), or "" when it can."""
+    return _family_refusal("veomni", family, VeOmniBackendConfig.families, VEOMNI_UNSERVED.get(family, ""))
+
+
+def _family_refusal(kind: str, family: str, served: tuple[str, ...], reason: str = "") -> str:
     if family in served:
         return ""
-    return f"backend.kind {kind} builds and maps {list(served)} models only, got a {family} model"
+    because = f": {reason}" if reason else ""
+    return f"backend.kind {kind} builds and maps {list(served)} models only, got a {family} model{because}"
 
 
 def _positive_ints(cfg: object, *names: str) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from moe_models import RouterReplay
+from moe_models import RouterReplay, load_config
 from moe_models.log_probs import next_token_log_probs
 from torch import nn
 
 from trainers.algorithm.loss_io import LossOutputs
-from trainers.backend.config import OptimConfig
+from trainers.backend.config import OptimConfig, veomni_family_refusal
 from trainers.backend.data_parallel import DataParallel, full_state
 from trainers.backend.optimised_module import RNG_KEY, OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
@@ -24,9 +24,10 @@ from trainers.batch import TrainBatch
 
 
 class VeOmniBackend(OptimisedModule):
-    """Implements `trainers.backend.TrainingBackend`. `data_parallel`: this rank's place in the default process
-    group, whose device it computes on (None: one process, VeOmni's model unsharded, on `device`). `reference`: also
-    build a frozen, unsharded copy of the base weights (for a KL term)."""
+    """Implements `trainers.backend.TrainingBackend`. `checkpoint_dir`: a Hugging Face checkpoint of a family
+    `VeOmniBackendConfig.families` names (others raise with the reason). `data_parallel`: this rank's place in the
+    default process group, whose device it computes on (None: one process, VeOmni's model unsharded, on `device`).
+    `reference`: also build a frozen, unsharded copy of the base weights (for a KL term)."""
 
     def __init__(
         self,
@@ -44,6 +45,9 @@ class VeOmniBackend(OptimisedModule):
             raise ValueError(f"VeOmniBackend: expected temperature > 0, got {temperature}")
         if compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"VeOmniBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
+        refused = veomni_family_refusal(load_config(checkpoint_dir).model_type)
+        if refused:
+            raise ValueError(f"VeOmniBackend({checkpoint_dir}): {refused}")
         self.dp = data_parallel
         world = 1 if data_parallel is None else data_parallel.world_size
         self._device = torch.device(device) if data_parallel is None else data_parallel.device

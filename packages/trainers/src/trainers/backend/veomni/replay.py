@@ -18,7 +18,11 @@ from torch import nn
 
 
 def moe_routers(model: nn.Module) -> list[nn.Module]:
-    """The routers (`mlp.gate`) of a Hugging Face-layout Qwen3-MoE, in MoE-ordinal order (dense layers skipped)."""
+    """The routers (`mlp.gate`) of VeOmni's Qwen3-MoE, in MoE-ordinal order (dense layers skipped). Raises (VeOmni's
+    own check) unless VeOmni wires its replay hook into the model's family."""
+    from veomni.utils.moe_router_replay import validate_model_for_replay
+
+    validate_model_for_replay(model)
     layers = model.model.layers  # type: ignore[union-attr]
     return [layer.mlp.gate for layer in layers if hasattr(layer.mlp, "experts")]  # type: ignore[union-attr]
 
