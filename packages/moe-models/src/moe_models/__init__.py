@@ -1,5 +1,8 @@
-"""Qwen3-MoE-compatible causal LM in plain torch: router capture and replay, HF checkpoints, a char tokenizer."""
+"""Qwen3-MoE-compatible causal LM in plain torch: router capture and replay, HF checkpoints, tokenizers
+(a byte-level BPE chat tokenizer trained offline, and a character tokenizer)."""
 
+from moe_models.bpe_training import train_chat_tokenizer
+from moe_models.chat_tokenizer import ChatTokenizer
 from moe_models.checkpoint import (
     load_pretrained,
     load_state_dict_numpy,
@@ -18,6 +21,7 @@ __all__ = [
     "EXPERTS_KERNELS",
     "CausalLMOutput",
     "CharTokenizer",
+    "ChatTokenizer",
     "ExpertsKernel",
     "MoEConfig",
     "MoEForCausalLM",
@@ -30,4 +34,5 @@ __all__ = [
     "save_pretrained",
     "set_experts_kernel",
     "state_dict_numpy",
+    "train_chat_tokenizer",
 ]
