@@ -1,5 +1,6 @@
 """RunSetup: what a run prepares before anything trains: its directory (allocated, locked) and config record, the
-task, the cached warm-up base checkpoint, the tokenizer and the lengths every engine must fit.
+task, the cached warm-up base checkpoint, the tokenizer (and the task's renderer over it) and the lengths every
+engine must fit.
 
 Everything that can be checked without training is checked before the run directory is touched: the context
 every call needs against the model's positions, a group size of 1 with a group-relative estimator (a warning).
@@ -7,17 +8,18 @@ every call needs against the model's positions, a group size of 1 with a group-r
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from distillation.stream import build_teachers
 from distillation.teacher_set import TeacherSet
-from moe_models import CharTokenizer, MoEConfig, load_tokenizer
+from moe_models import CharTokenizer, ChatTokenizer, MoEConfig, load_tokenizer
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import encode_prompt
+from rl_tasks.renderer import Renderer
 from rl_tasks.task import Task
-from rl_tasks.warmup import WarmupResult, build_base_model_config, build_task_tokenizer, ensure_base_checkpoint
+from rl_tasks.warmup import WarmupResult, build_base_model_config, ensure_base_checkpoint, task_renderer, turn_budget
 from run_logging import MetricsLog, RunDir, RunLock
 from run_loop.claim import claim_run_dir
 
@@ -34,13 +36,18 @@ class RunSetup:
     log: MetricsLog
     task: Task
     base: WarmupResult
-    tokenizer: CharTokenizer
+    tokenizer: ChatTokenizer | CharTokenizer  # the base checkpoint's
     max_new_tokens: int  # per turn
     max_len: int  # every engine's context: longest prompt + the whole response (every turn and observation)
 
     @property
     def checkpoint_dir(self) -> str:
         return str(self.base.checkpoint_dir)
+
+    @functools.cached_property
+    def renderer(self) -> Renderer:
+        """The task's prompts and responses under its prompt format, with the base checkpoint's tokenizer."""
+        return Renderer(self.tokenizer, self.task.prompt_format)  # type: ignore[arg-type]
 
     def val_examples(self) -> tuple[TaskExample, ...]:
         n = self.cfg.validation.max_prompts
@@ -63,14 +70,19 @@ class RunSetup:
         self.lock.release()
 
 
+def checkpoint_renderer(checkpoint_dir: str | Path, task: Task) -> Renderer:
+    """The task's renderer over the tokenizer saved beside a checkpoint (what every actor of a run uses)."""
+    return Renderer(load_tokenizer(checkpoint_dir), task.prompt_format)  # type: ignore[arg-type]
+
+
 def check_lengths(cfg: RecipeConfig, task: Task) -> tuple[int, int]:
     """`(max_new_tokens per turn, max_len)`; raises when a call could exceed the model's positions."""
-    tokenizer = build_task_tokenizer(task)
-    max_new = cfg.rollout.max_new_tokens or task.max_answer_chars + 1
+    renderer = task_renderer(task)
+    max_new = cfg.rollout.max_new_tokens or turn_budget(task)
     splits = task.splits
-    longest_prompt = max(len(encode_prompt(tokenizer, ex.prompt)) for ex in (*splits.train, *splits.validation))
-    max_len = longest_prompt + response_budget(task, max_new)
-    model: MoEConfig = build_base_model_config(task, cfg.warmup, tokenizer)  # type: ignore[assignment]
+    longest_prompt = max(len(renderer.prompt_ids(ex)) for ex in (*splits.train, *splits.validation))
+    max_len = longest_prompt + response_budget(task, max_new, renderer)
+    model: MoEConfig = build_base_model_config(task, cfg.warmup, renderer.tokenizer)  # type: ignore[assignment]
     if max_len > model.max_position_embeddings:
         raise ValueError(
             f"rollout.max_new_tokens {max_new}: the longest prompt ({longest_prompt} tokens) plus the response budget "
@@ -105,10 +117,12 @@ def prepare_run(cfg: RecipeConfig, *, resume: bool = False, runs_root: Path = Pa
     return RunSetup(cfg, run, lock, MetricsLog(run.metrics), task, base, tokenizer, max_new, max_len)
 
 
-def response_budget(task: Task, max_new_tokens: int) -> int:
+def response_budget(task: Task, max_new_tokens: int, renderer: Renderer) -> int:
     """The most tokens one response can hold: one turn's budget, or for a task with a tool every turn's budget
-    and the longest observation after each turn but the last."""
+    and the longest observation after each turn but the last (its text at most one token per UTF-8 byte, plus
+    what the prompt format wraps it in)."""
     if task.tool is None:
         return max_new_tokens
     turns = task.tool.max_turns
-    return turns * max_new_tokens + (turns - 1) * task.tool.max_observation_chars
+    observation = task.tool.max_observation_chars * task.max_char_bytes + renderer.observation_overhead()
+    return turns * max_new_tokens + (turns - 1) * observation
