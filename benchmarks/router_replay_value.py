@@ -45,16 +45,16 @@ class Scored:
 def _base_and_prompts(count: int, seed: int) -> tuple[Path, list[list[int]], int]:
     from moe_models import load_tokenizer
     from rl_run.config import AppWarmupConfig, SortTaskConfig
-    from rl_tasks.greedy_eval import encode_prompt
+    from rl_tasks.renderer import Renderer
     from rl_tasks.warmup import ensure_base_checkpoint
 
     task = SortTaskConfig().build()
     base = ensure_base_checkpoint(task, AppWarmupConfig(), Path(".cache/warmup").resolve())
-    tokenizer = load_tokenizer(base.checkpoint_dir)
+    renderer = Renderer(load_tokenizer(base.checkpoint_dir), task.prompt_format)  # type: ignore[arg-type]
     rng = np.random.default_rng(seed)
     train = task.splits.train
     picks = rng.choice(len(train), size=min(count, len(train)), replace=False)
-    prompts = [encode_prompt(tokenizer, train[int(i)].prompt) for i in picks]
+    prompts = [renderer.prompt_ids(train[int(i)]) for i in picks]
     return base.checkpoint_dir, prompts, task.max_answer_chars + 1
 
 

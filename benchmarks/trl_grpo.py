@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from moe_models import load_pretrained, load_tokenizer
-from moe_models.tokenizer import CharTokenizer
 from rl_run.setup import check_lengths
+from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import encode_prompt, evaluate_greedy
+from rl_tasks.greedy_eval import evaluate_greedy
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn
 from rl_tasks.warmup import ensure_base_checkpoint
 from sync_ppo.cli import parse
@@ -45,7 +46,7 @@ class StepClock(TrainerCallback):
         self.ends.append(time.perf_counter() - self.t0)
 
 
-def make_reward(reward_fn: RewardFn, examples: list[TaskExample], tokenizer: CharTokenizer, eos_id: int):
+def make_reward(reward_fn: RewardFn, examples: list[TaskExample], tokenizer: TaskTokenizer, eos_id: int):
     """TRL reward function: decodes each completion's ids with our tokenizer (EOS and after dropped)."""
 
     def reward(
@@ -54,7 +55,7 @@ def make_reward(reward_fn: RewardFn, examples: list[TaskExample], tokenizer: Cha
         out = []
         for ids, i in zip(completion_ids, example_index, strict=True):
             ids = list(ids)
-            text = tokenizer.decode(ids[: ids.index(eos_id)] if eos_id in ids else ids)
+            text = tokenizer.decode(ids[: ids.index(eos_id)] if eos_id in ids else ids, skip_special_tokens=True)
             out.append(float(reward_fn(text, examples[i]).reward))
         return out
 
@@ -72,13 +73,14 @@ def main() -> None:
     task = cfg.task.build()
     base = ensure_base_checkpoint(task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
     ours = load_tokenizer(base.checkpoint_dir)
+    renderer = Renderer(ours, task.prompt_format)  # type: ignore[arg-type]
     hf_tok = AutoTokenizer.from_pretrained(base.checkpoint_dir)
     train = list(task.splits.train)
-    rows = [{"prompt": hf_tok.bos_token + ex.prompt, "example_index": i} for i, ex in enumerate(train)]
+    rows = [{"prompt": ours.decode(renderer.prompt_ids(ex)), "example_index": i} for i, ex in enumerate(train)]
     for row, ex in zip(rows[:64], train[:64], strict=True):  # TRL tokenises text: it must give our prompt ids
         got = hf_tok(row["prompt"], add_special_tokens=False)["input_ids"]
-        if got != encode_prompt(ours, ex.prompt):
-            raise ValueError(f"HF tokenizer: expected {encode_prompt(ours, ex.prompt)}, got {got} for {ex.prompt!r}")
+        if got != renderer.prompt_ids(ex):
+            raise ValueError(f"HF tokenizer: expected {renderer.prompt_ids(ex)}, got {got} for {ex.prompt!r}")
     max_new, _ = check_lengths(cfg, task)
     n_per_step = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     o = cfg.optim
@@ -136,7 +138,7 @@ def main() -> None:
     if cfg.validation.max_prompts:
         val = val[: cfg.validation.max_prompts]
     acc = {
-        name: evaluate_greedy(load_pretrained(d).eval(), ours, val, task.reward_fn, max_new_tokens=max_new).accuracy
+        name: evaluate_greedy(load_pretrained(d).eval(), renderer, val, task.reward_fn, max_new_tokens=max_new).accuracy
         for name, d in (("base", base.checkpoint_dir), ("trained", final))
     }
     steps = [b - a for a, b in zip([0.0, *clock.ends], clock.ends, strict=False)]

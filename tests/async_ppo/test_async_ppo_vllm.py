@@ -32,7 +32,6 @@ from engine_adapters.vllm.rollout_engine import SERVER_GUARD, VLLM_LOG_NAME, VLL
 from moe_models import load_pretrained
 from rl_pipeline.specs import rollouter_specs
 from rl_run.setup import prepare_run
-from rl_tasks.greedy_eval import encode_prompt
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus, generate_with_resume
 from run_logging import read_metrics
 from trainers.dumps import DumpRecord, read_dump
@@ -205,7 +204,7 @@ def test_vllm_rollout_engine_push_with_abort_resumes_responses_with_versions_and
     spec = rollouter_specs(setup, cfg.pipeline, cfg.ray, cfg.faults)[0]
     site = replace(spec.site, max_len=ENGINE_MAX_LEN)
     examples = setup.task.splits.train[:ENGINE_PROMPTS]
-    prompts = [encode_prompt(setup.tokenizer, ex.prompt) for ex in examples]
+    prompts = [setup.renderer.prompt_ids(ex) for ex in examples]
 
     async def scenario() -> tuple[list[Trajectory], int]:
         engine = await spec.rollout.engine.build(site)

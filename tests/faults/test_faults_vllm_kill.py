@@ -20,6 +20,7 @@ from moe_models import load_tokenizer
 from rl_rollout.engine_site import EngineSite
 from rl_rollout.requests import GroupSpec, step_requests
 from rl_rollout.rollout import generate_all
+from rl_tasks.renderer import Renderer
 from rl_tasks.warmup import ensure_base_checkpoint
 from rollout_core import TrajectoryStatus
 from sync_ppo.cli import parse
@@ -39,7 +40,7 @@ def test_a_vllm_server_killed_mid_request_ends_every_call_as_a_counted_error_wit
     cfg, _ = parse(app_flags(tmp_path / "run", warmup_cache))
     task = cfg.task.build()
     base = ensure_base_checkpoint(task, cfg.warmup, warmup_cache)
-    tokenizer = load_tokenizer(base.checkpoint_dir)
+    renderer = Renderer(load_tokenizer(base.checkpoint_dir), task.prompt_format)  # type: ignore[arg-type]
     max_new = task.max_answer_chars + 1
     requests = step_requests(task.splits.train, GroupSpec(8, 4, 1.0, max_new, 0), 1)
 
@@ -48,14 +49,14 @@ def test_a_vllm_server_killed_mid_request_ends_every_call_as_a_counted_error_wit
         rollout_engine = await VLLMEngineConfig(max_num_seqs=64).build(site)
         engine, server = rollout_engine, rollout_engine.server  # type: ignore[attr-defined]
         try:
-            calls = asyncio.ensure_future(generate_all(engine, tokenizer, requests))
+            calls = asyncio.ensure_future(generate_all(engine, renderer, requests))
             while not any(engine.progress(r.request_id) for r in requests) and not calls.done():
                 await asyncio.sleep(0.001)
             os.killpg(server.process.pid, signal.SIGKILL)  # the server this test launched, and its workers
             killed_at = time.monotonic()
             trajectories = await asyncio.wait_for(calls, STOPPED_WITHIN_S)
             stopped = time.monotonic() - killed_at
-            (late,) = await asyncio.wait_for(generate_all(engine, tokenizer, requests[:1]), STOPPED_WITHIN_S)
+            (late,) = await asyncio.wait_for(generate_all(engine, renderer, requests[:1]), STOPPED_WITHIN_S)
             return trajectories, stopped, late.error or ""
         finally:
             await rollout_engine.close()

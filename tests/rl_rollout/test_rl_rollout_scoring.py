@@ -9,6 +9,7 @@ from rl_rollout.rollout import score_all
 from rl_rollout.samples import GenRequest, SampleStatus
 from rl_rollout.step_batch import build_step_batch
 from rl_tasks.example import TaskExample
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardResult
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus
 from trainers import PADDING_DATA_SOURCE, token_advantages
@@ -40,7 +41,7 @@ def _case(responses: list[str], statuses: list[TrajectoryStatus]) -> list:
                 status=status,
             )
         )
-    return score_all(TOK, reward_or_raise, requests, trajs)
+    return score_all(Renderer(TOK, "plain"), reward_or_raise, requests, trajs)
 
 
 def test_reward_errors_and_failed_trajectories_are_excluded_not_zeroed() -> None:

@@ -12,6 +12,7 @@ from rl_rollout.rollout import REWARD_TIMEOUT_S, score_all
 from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_run.config import RolloutConfig
 from rl_tasks.example import TaskExample
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn, RewardResult
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus
 
@@ -35,7 +36,7 @@ def _score(reward_fn: RewardFn, responses: list[str], timeout_s: float) -> list[
                 status=TrajectoryStatus.OK,
             )
         )
-    return score_all(TOK, reward_fn, requests, trajs, timeout_s=timeout_s)
+    return score_all(Renderer(TOK, "plain"), reward_fn, requests, trajs, timeout_s=timeout_s)
 
 
 def _exact(text: str) -> RewardResult:

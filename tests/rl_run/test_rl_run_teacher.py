@@ -19,6 +19,7 @@ from rl_rollout.rollout import generate_all
 from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_run.config import RecipeConfig
 from rl_tasks.example import TaskExample
+from rl_tasks.renderer import Renderer
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
 from rollout_core.testing import ScriptedEngine
 from run_loop.cli import app_parser, resolve_run
@@ -62,7 +63,7 @@ def test_generate_all_hands_each_group_over_as_soon_as_it_finishes() -> None:
         running_at_hand_over[requests[0].group_id] = set(engine.running)
 
     requests = _requests({"short": 2, "long": 40})
-    trajectories = asyncio.run(generate_all(engine, TOK, requests, after_group=after_group))
+    trajectories = asyncio.run(generate_all(engine, Renderer(TOK, "plain"), requests, after_group=after_group))
     assert running_at_hand_over == {"short": {"long-r0", "long-r1"}, "long": set()}
     assert [len(t.response_ids) for t in trajectories] == [2, 2, 40, 40]  # request order kept
 

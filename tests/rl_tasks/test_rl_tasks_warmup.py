@@ -3,6 +3,7 @@ that reloads to the same accuracy, and a short warm-up of every task kind."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, load_pretrained, load_tokenizer
+from moe_models import ChatTokenizer, MoEConfig, MoEForCausalLM, load_pretrained, load_tokenizer
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
+from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
+from rl_tasks.renderer import Renderer
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.sort_trace import SortTraceSource
 from rl_tasks.sorting import SortSource
@@ -30,6 +33,7 @@ from rl_tasks.warmup import (
     encode_training_batch,
     ensure_base_checkpoint,
     micro_batches,
+    task_renderer,
     train_warmup,
     warmup_key,
 )
@@ -48,45 +52,72 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+def _chat(tok: TaskTokenizer, *messages: tuple[str, str]) -> list[int]:
+    """The ids of the whole rendered chat (what transformers' apply_chat_template gives for these messages)."""
+    assert isinstance(tok, ChatTokenizer)
+    return tok.encode(tok.render([{"role": r, "content": c} for r, c in messages], add_generation_prompt=False))
+
+
 def test_training_batch_puts_loss_only_on_answer_and_eos_targets() -> None:
-    tok = build_char_tokenizer(SMALL_TASK.alphabet)
+    renderer = task_renderer(SMALL_TASK)
+    tok = renderer.tokenizer
     examples = [TaskExample("a", "addition", "1+2=", "3"), TaskExample("b", "sort", "sort:21=", "12")]
-    ids, attn, loss_mask = encode_training_batch(tok, examples, answer_demonstration)
-    assert ids.shape == (2, 1 + 8 + 2 + 1) and loss_mask.shape == (2, ids.shape[1] - 1)
+    ids, attn, loss_mask = encode_training_batch(renderer, examples, answer_demonstration)
+    assert loss_mask.shape == (2, ids.shape[1] - 1)
     for row, ex in enumerate(examples):
         targets = ids[row, 1:][loss_mask[row].bool()].tolist()
         assert targets == [*tok.encode(ex.ground_truth), tok.eos_id]
-        assert int(attn[row].sum()) == 1 + len(ex.prompt) + len(ex.ground_truth) + 1
-    assert ids[0, -1].item() == tok.pad_id and ids[0, 0].item() == tok.bos_id
+        whole = _chat(tok, ("user", ex.prompt), ("assistant", ex.ground_truth))  # ends with EOS, then a newline
+        assert ids[row, : int(attn[row].sum())].tolist() == whole[:-1]
+    assert ids[0, -1].item() == tok.pad_id and ids[0, 0].item() == tok.encode("<|im_start|>")[0]
 
 
 def test_multi_turn_batch_trains_on_every_turn_and_its_eos_never_on_observations() -> None:
     task = CalculatorTaskConfig(train_size=20, val_size=2).build()
-    tok = build_char_tokenizer(task.alphabet)
+    renderer = task_renderer(task)
+    tok = renderer.tokenizer
     short, long = TaskExample("s", "calculator", "1,2:", "3"), TaskExample("l", "calculator", "12,34,56:", "102")
-    ids, attn, loss_mask = encode_training_batch(tok, [short, long], task.demonstration)
-    eos = [tok.eos_id]
-    row = [tok.bos_id, *tok.encode("12,34,56:"), *tok.encode("12+34"), *eos, *tok.encode("=46;")]
-    row += [*tok.encode("46+56"), *eos, *tok.encode("=102;"), *tok.encode("#102"), *eos]
+    ids, attn, loss_mask = encode_training_batch(renderer, [short, long], task.demonstration)
+    chat = [("user", "12,34,56:"), ("assistant", "12+34"), ("tool", "=46;"), ("assistant", "46+56")]
+    row = _chat(tok, *chat, ("tool", "=102;"), ("assistant", "#102"))[:-1]  # the template's ids up to the last EOS
     assert ids[1].tolist() == row and int(attn[1].sum()) == len(row) == ids.shape[1]
+    eos = [tok.eos_id]
     trained = [*tok.encode("12+34"), *eos, *tok.encode("46+56"), *eos, *tok.encode("#102"), *eos]
     assert ids[1, 1:][loss_mask[1].bool()].tolist() == trained
-    masked_out = ids[1, 1:][~loss_mask[1].bool()].tolist()
-    assert masked_out == [*tok.encode("12,34,56:"), *tok.encode("=46;"), *tok.encode("=102;")]
-    short_row = [tok.bos_id, *tok.encode("1,2:1+2"), *eos, *tok.encode("=3;#3"), *eos]
+    short_row = _chat(tok, ("user", "1,2:"), ("assistant", "1+2"), ("tool", "=3;"), ("assistant", "#3"))[:-1]
     assert ids[0, : len(short_row)].tolist() == short_row and int(attn[0].sum()) == len(short_row)
     assert not loss_mask[0, len(short_row) - 1 :].any()  # padding is never a target
     assert task.demonstration(short) == (Piece("1+2", True), Piece("=3;", False), Piece("#3", True))
 
 
+def test_plain_format_trains_on_the_raw_prompt_and_observations() -> None:
+    task = dataclasses.replace(CalculatorTaskConfig(train_size=20, val_size=2), prompt_format="plain").build()
+    renderer = task_renderer(task)
+    tok = renderer.tokenizer
+    ids, _, loss_mask = encode_training_batch(
+        renderer, [TaskExample("s", "calculator", "1,2:", "3")], task.demonstration
+    )
+    eos = [tok.eos_id]
+    assert ids[0].tolist() == [
+        *tok.encode("1,2:"),
+        *tok.encode("1+2"),
+        *eos,
+        *tok.encode("=3;"),
+        *tok.encode("#3"),
+        *eos,
+    ]
+    assert ids[0, 1:][loss_mask[0].bool()].tolist() == [*tok.encode("1+2"), *eos, *tok.encode("#3"), *eos]
+
+
 def test_supervised_steps_reduce_answer_loss() -> None:
-    tok = build_char_tokenizer(SMALL_TASK.alphabet)
+    renderer = task_renderer(SMALL_TASK)
+    tok = renderer.tokenizer
     cfg = MoEConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, head_dim=16)
     torch.manual_seed(0)
     model = MoEForCausalLM(cfg)
     task = SMALL_TASK.build()
-    first = train_warmup(model, tok, task, WarmupConfig(steps=1, examples_per_step=16, lr_warmup_steps=0))
-    later = train_warmup(model, tok, task, WarmupConfig(steps=25, examples_per_step=16, lr=3e-3, seed=1))
+    first = train_warmup(model, renderer, task, WarmupConfig(steps=1, examples_per_step=16, lr_warmup_steps=0))
+    later = train_warmup(model, renderer, task, WarmupConfig(steps=25, examples_per_step=16, lr=3e-3, seed=1))
     assert first is not None and later is not None
     assert first > math.log(tok.vocab_size) - 0.5  # a random model is near uniform
     assert later < first - 0.8
@@ -101,7 +132,8 @@ def test_micro_batches_keep_a_batch_that_fits_whole_and_split_a_long_tail_by_len
 
 def test_micro_batched_warmup_gradients_equal_one_whole_batch() -> None:
     task = ScratchpadTaskConfig(train_size=200, val_size=4, sort=SortTraceSource(max_len=9, length_decay=1.0)).build()
-    tok = build_task_tokenizer(task)
+    renderer = task_renderer(task)
+    tok = renderer.tokenizer
     cfg = MoEConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, head_dim=16)
     torch.manual_seed(0)
     model = MoEForCausalLM(cfg)
@@ -109,7 +141,7 @@ def test_micro_batched_warmup_gradients_equal_one_whole_batch() -> None:
     grads, losses = [], []
     for budget in (10**9, 256):  # one padded forward, then length-sorted parts of at most 256 padded tokens
         model.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, tok, batch, task, budget))
+        losses.append(accumulate_gradients(model, renderer, batch, task, budget))
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert len(micro_batches([len(tok.encode(e.prompt)) + 40 for e in batch], 256)) > 2  # really split
     assert losses[1] == pytest.approx(losses[0], rel=1e-6) and grads[0].keys() == grads[1].keys()
@@ -118,22 +150,26 @@ def test_micro_batched_warmup_gradients_equal_one_whole_batch() -> None:
 
 
 def test_zero_steps_report_no_loss() -> None:
-    tok = build_char_tokenizer(SMALL_TASK.alphabet)
-    model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=tok.vocab_size))
-    assert train_warmup(model, tok, SMALL_TASK.build(), WarmupConfig(steps=0)) is None
+    renderer = task_renderer(SMALL_TASK)
+    model = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=renderer.tokenizer.vocab_size))
+    assert train_warmup(model, renderer, SMALL_TASK.build(), WarmupConfig(steps=0)) is None
 
 
 def test_key_changes_with_everything_that_changes_weights() -> None:
-    tok = build_task_tokenizer(SMALL_TASK)
+    tok = build_task_tokenizer(SMALL_TASK.build())
     model_cfg = build_base_model_config(SMALL_TASK, FEW_STEPS, tok)
-    base = warmup_key(SMALL_TASK, FEW_STEPS, model_cfg)
-    assert base == warmup_key(
-        SMALL_TASK, WarmupConfig(steps=2, examples_per_step=8, lr_warmup_steps=0, torch_threads=None), model_cfg
-    )
-    assert base != warmup_key(SMALL_TASK, WarmupConfig(steps=3, examples_per_step=8, lr_warmup_steps=0), model_cfg)
-    assert base != warmup_key(ToyTaskConfig(train_size=300, val_size=12, seed=6), FEW_STEPS, model_cfg)
-    assert base != warmup_key(SMALL_TASK, FEW_STEPS, model_cfg.replace(num_experts=4))
-    assert base == warmup_key(SMALL_TASK.build(), FEW_STEPS, model_cfg)  # a config keys as the task it builds
+    base = warmup_key(SMALL_TASK, FEW_STEPS, model_cfg, tok)
+    threads = WarmupConfig(steps=2, examples_per_step=8, lr_warmup_steps=0, torch_threads=None)
+    assert base == warmup_key(SMALL_TASK, threads, model_cfg, tok)
+    more = WarmupConfig(steps=3, examples_per_step=8, lr_warmup_steps=0)
+    assert base != warmup_key(SMALL_TASK, more, model_cfg, tok)
+    assert base != warmup_key(ToyTaskConfig(train_size=300, val_size=12, seed=6), FEW_STEPS, model_cfg, tok)
+    assert base != warmup_key(SMALL_TASK, FEW_STEPS, model_cfg.replace(num_experts=4), tok)
+    plain = dataclasses.replace(SMALL_TASK, prompt_format="plain")
+    assert base != warmup_key(plain, FEW_STEPS, model_cfg, tok)
+    other = build_task_tokenizer(CalculatorTaskConfig(train_size=20, val_size=2).build())  # merges "tool"
+    assert base != warmup_key(SMALL_TASK, FEW_STEPS, model_cfg, other)  # the tokenizer's files are in the key
+    assert base == warmup_key(SMALL_TASK.build(), FEW_STEPS, model_cfg, tok)  # a config keys as the task it builds
 
 
 def test_checkpoint_is_built_once_cached_and_rebuilt_when_missing(tmp_path: Path) -> None:
@@ -163,7 +199,7 @@ def test_saved_checkpoint_reloads_to_the_measured_accuracy(tmp_path: Path) -> No
     model, tok = load_pretrained(result.checkpoint_dir), load_tokenizer(result.checkpoint_dir)
     ev = evaluate_greedy(
         model,
-        tok,
+        Renderer(tok),
         build_splits(SMALL_TASK).validation,
         toy_reward_fn(SMALL_TASK),
         max_new_tokens=SMALL_TASK.max_answer_chars + 1,
@@ -180,8 +216,8 @@ def test_default_warmup_leaves_room_for_rl(tmp_path: Path) -> None:
 
 
 def test_a_foreign_directory_at_the_cache_path_is_refused_before_training(tmp_path: Path) -> None:
-    tok = build_task_tokenizer(SMALL_TASK)
-    key = warmup_key(SMALL_TASK, FEW_STEPS, build_base_model_config(SMALL_TASK, FEW_STEPS, tok))
+    tok = build_task_tokenizer(SMALL_TASK.build())
+    key = warmup_key(SMALL_TASK, FEW_STEPS, build_base_model_config(SMALL_TASK, FEW_STEPS, tok), tok)
     (tmp_path / f"warmup-{key}").mkdir()
     with pytest.raises(ValueError, match=f"exists without {METADATA_FILE}"):
         ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
@@ -201,10 +237,10 @@ def test_every_task_kind_warms_up_and_scores_its_base(tmp_path: Path) -> None:
         result = ensure_base_checkpoint(task, FEW_STEPS, tmp_path / kind)
         assert not result.cached and result.final_loss is not None and 0.0 <= result.val_accuracy <= 1.0
         model, tok = load_pretrained(result.checkpoint_dir), load_tokenizer(result.checkpoint_dir)
-        assert tok.vocab_size == 3 + len(task.alphabet) == model.config.vocab_size
+        assert tok.vocab() == build_task_tokenizer(task).vocab() and tok.vocab_size == model.config.vocab_size
         ev = evaluate_greedy(
             model,
-            tok,
+            Renderer(tok),
             task.splits.validation,
             task.reward_fn,
             max_new_tokens=task.max_answer_chars + 1,

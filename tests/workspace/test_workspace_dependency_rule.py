@@ -68,8 +68,8 @@ RULE: dict[str, Rule] = {
         "The Ray session (start or attach, placement groups, actor options) and weight transport between processes"
     ),
     "moe-models": Rule(
-        "The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, char tokenizer, the precision "
-        "probe"
+        "The Qwen3-MoE-compatible model with router capture and replay, HF checkpoints, tokenizers (a byte-level BPE "
+        "chat tokenizer, a char tokenizer), the precision probe"
     ),
     "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
     "native-engine": Rule(

@@ -63,7 +63,7 @@ class SyncPPO:
         t0 = time.perf_counter()
         trajectories = await generate_all(
             self.engine,
-            s.tokenizer,
+            s.renderer,
             requests,
             tool=s.task.tool,
             max_resumes=r.max_resumes,
@@ -71,7 +71,7 @@ class SyncPPO:
         )
         wall = time.perf_counter() - t0
         tokens = sum(v != NOT_SAMPLED for t in trajectories for v in t.token_versions)
-        scored = score_all(s.tokenizer, s.task.reward_fn, requests, trajectories, timeout_s=r.reward_timeout_s)
+        scored = score_all(s.renderer, s.task.reward_fn, requests, trajectories, timeout_s=r.reward_timeout_s)
         metrics = {"timing/generate_s": wall, "rollout/generated_tokens": float(tokens)}
         if stream is not None:
             scored = attach_teacher(scored, stream.scores)
@@ -88,7 +88,7 @@ class SyncPPO:
         s = self.s
         result = await validate(
             self.engine,
-            s.tokenizer,
+            s.renderer,
             s.task.reward_fn,
             s.val_examples(),
             self.cfg.validation,

@@ -29,7 +29,7 @@ from distillation.teacher_engine import TeacherEngine
 from distillation.teacher_set import TeacherSet
 
 if TYPE_CHECKING:
-    from moe_models import CharTokenizer
+    from moe_models import CharTokenizer, ChatTokenizer
     from rl_tasks.task import Task
     from rl_tasks.warmup import WarmupConfig
 
@@ -100,7 +100,7 @@ async def build_teachers(
     task: Task,
     student_warmup: WarmupConfig,
     warmup_cache: Path,
-    tokenizer: CharTokenizer,
+    tokenizer: ChatTokenizer | CharTokenizer,
     max_len: int,
     run_root: Path,
 ) -> TeacherSet:

@@ -31,7 +31,7 @@ from rl_tasks.warmup import WarmupConfig, WarmupResult, ensure_base_checkpoint
 from distillation.teacher_engine import NativeTeacherEngineConfig, TeacherEngineConfig, TeacherSite
 
 if TYPE_CHECKING:
-    from moe_models import CharTokenizer
+    from moe_models import CharTokenizer, ChatTokenizer
     from rl_tasks.task import Task
 
 
@@ -161,7 +161,9 @@ def ensure_roster(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, 
     return TeacherRoster(default, {k: TeacherCheckpoint(v, None, None) for k, v in named.items()})
 
 
-def check_roster(cfg: TeacherConfig, roster: TeacherRoster, student: CharTokenizer, max_len: int) -> None:
+def check_roster(
+    cfg: TeacherConfig, roster: TeacherRoster, student: ChatTokenizer | CharTokenizer, max_len: int
+) -> None:
     """`check_teacher` on every teacher of the roster."""
     for _, teacher in roster.items():
         check_teacher(cfg, teacher, student, max_len)
@@ -173,7 +175,9 @@ def teacher_site(
     return TeacherSite(str(teacher.directory), cfg.temperature, cfg.top_k, max_len, work_dir, index)
 
 
-def check_teacher(cfg: TeacherConfig, teacher: TeacherCheckpoint, student: CharTokenizer, max_len: int) -> None:
+def check_teacher(
+    cfg: TeacherConfig, teacher: TeacherCheckpoint, student: ChatTokenizer | CharTokenizer, max_len: int
+) -> None:
     """Raises ValueError (got/expected) when the teacher cannot score this run's samples."""
     from moe_models import load_tokenizer
 

@@ -1,6 +1,9 @@
 """MoE causal LMs of the Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3 and GPT-OSS families in plain torch: one decoder
-definition, router capture and replay, each family's Hugging Face checkpoints, a char tokenizer."""
+definition, router capture and replay, each family's Hugging Face checkpoints, tokenizers (a byte-level BPE chat
+tokenizer trained offline, and a character tokenizer)."""
 
+from moe_models.bpe_training import train_chat_tokenizer
+from moe_models.chat_tokenizer import ChatTokenizer
 from moe_models.checkpoint import (
     hf_state_dict,
     load_config,
@@ -22,6 +25,7 @@ __all__ = [
     "FAMILY_NAMES",
     "CausalLMOutput",
     "CharTokenizer",
+    "ChatTokenizer",
     "ExpertsKernel",
     "MoEConfig",
     "MoEForCausalLM",
@@ -36,4 +40,5 @@ __all__ = [
     "save_pretrained",
     "set_experts_kernel",
     "state_dict_numpy",
+    "train_chat_tokenizer",
 ]

@@ -1,4 +1,8 @@
-"""Character-level tokenizer built offline with `tokenizers`, saved in a layout `AutoTokenizer` loads."""
+"""Character-level tokenizer built offline with `tokenizers`, saved in a layout `AutoTokenizer` loads, and
+`load_tokenizer`, which reads either it or a `ChatTokenizer` folder.
+
+The tasks' tokenizer is the byte-level BPE `ChatTokenizer` (`moe_models.bpe_training`); this one stays as the
+smallest tokenizer a test can build: one id per character of a given alphabet, no chat template."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import json
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from moe_models.chat_tokenizer import ChatTokenizer
 
 _TOKENIZER_FILE = "tokenizer.json"
 _CONFIG_FILE = "tokenizer_config.json"
@@ -93,12 +99,15 @@ def build_char_tokenizer(
     return CharTokenizer(tok, *special)
 
 
-def load_tokenizer(directory: str | Path) -> CharTokenizer:
-    """Loads what `CharTokenizer.save` wrote."""
+def load_tokenizer(directory: str | Path) -> CharTokenizer | ChatTokenizer:
+    """Loads what `ChatTokenizer.save` (a tokenizer_config.json with a `chat_template`) or `CharTokenizer.save`
+    wrote."""
     path = Path(directory)
     config_file = path / _CONFIG_FILE
     if not (path / _TOKENIZER_FILE).exists() or not config_file.exists():
         raise ValueError(f"{path}: got no {_TOKENIZER_FILE}/{_CONFIG_FILE}, expected a saved tokenizer")
     config = json.loads(config_file.read_text())
+    if "chat_template" in config:
+        return ChatTokenizer.load(path)
     tok = Tokenizer.from_file(str(path / _TOKENIZER_FILE))
     return CharTokenizer(tok, config["pad_token"], config["bos_token"], config["eos_token"])

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from distillation.stream import attach_teacher
 from distillation.teacher import DEFAULT_TEACHER
-from moe_models import load_tokenizer
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
 from rl_rollout.engine_site import EngineSite
@@ -27,6 +26,7 @@ from rl_rollout.requests import GroupSpec, group_requests
 from rl_rollout.rollout import generate_all, score_all
 from rl_rollout.samples import SampleStatus, ScoredSample
 from rl_run.config import RolloutConfig, TaskConfig
+from rl_run.setup import checkpoint_renderer
 from rollout_core import PauseMode, RolloutEngine
 
 from rl_pipeline.group import FinishedGroup
@@ -70,8 +70,8 @@ class Rollouter(NodeAware):
         self.spec = spec
         self.broker = broker
         self.teachers = dict(teachers or {})
-        self.tokenizer = load_tokenizer(spec.site.checkpoint_dir)
         self.task = spec.task.build()
+        self.renderer = checkpoint_renderer(spec.site.checkpoint_dir, self.task)
         self.sync = RayWeightSync()
         self.engine: RolloutEngine | None = None
         self._stopping = False
@@ -128,7 +128,7 @@ class Rollouter(NodeAware):
         requests = group_requests(self.task.splits.train, self.spec.group, step, position)
         trajectories = await generate_all(
             self._engine(),
-            self.tokenizer,
+            self.renderer,
             requests,
             tool=self.task.tool,
             partial_rollout=self.spec.partial_rollout,
@@ -137,7 +137,7 @@ class Rollouter(NodeAware):
         # off the event loop: a slow or hung reward (bounded by rollout.reward_timeout_s) never stalls other groups
         scored = await asyncio.to_thread(
             score_all,
-            self.tokenizer,
+            self.renderer,
             self.task.reward_fn,
             requests,
             trajectories,

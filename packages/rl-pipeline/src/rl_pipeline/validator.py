@@ -15,13 +15,13 @@ import os
 from pathlib import Path
 
 import torch
-from moe_models import load_tokenizer
 from native_engine import EngineConfig, NativeEngine
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
 from rl_rollout.validation import validate
 from rl_rollout.validation_config import ValidationConfig
 from rl_run.config import TaskConfig
+from rl_run.setup import checkpoint_renderer
 from run_logging import RunDir
 from trainers.dumps import write_dump
 
@@ -47,8 +47,8 @@ class Validator(NodeAware):
         os.nice(niceness)
         self.cfg, self.seed, self.max_new_tokens, self.run = cfg, seed, max_new_tokens, RunDir(Path(run_dir))
         self.reward_timeout_s = reward_timeout_s
-        self.tokenizer = load_tokenizer(checkpoint_dir)
         self.task = task.build()
+        self.renderer = checkpoint_renderer(checkpoint_dir, self.task)
         val = self.task.splits.validation
         self.examples = val[: cfg.max_prompts] if cfg.max_prompts else val
         self.sync = RayWeightSync()
@@ -73,7 +73,7 @@ class Validator(NodeAware):
             await self.engine.update_weights(state, weights.version)
         result = await validate(
             self.engine,
-            self.tokenizer,
+            self.renderer,
             self.task.reward_fn,
             self.examples,
             self.cfg,

@@ -2,7 +2,8 @@
 
 All requests go to the engine at once (it batches them). A single-turn task resumes aborted engine calls with
 prompt + tokens so far (`generate_with_resume`); a task with a tool runs `run_agent_loop`: each finished turn's
-text goes to the tool, whose observation is appended with loss mask 0 and routing rows from the next turn's
+text goes to the tool, whose observation is appended (as the task's renderer encodes it: by default a tool message
+of the chat template, then the next generation prompt) with loss mask 0 and routing rows from the next turn's
 prefill. An engine call that raises gives a trajectory with status `error`; a reward function that raises, or does
 not return within `rollout.reward_timeout_s` seconds, gives a sample with status `reward_error` and the reason.
 Both are counted and excluded from training, never scored 0.
@@ -20,27 +21,32 @@ import queue
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 
+from rl_tasks.episode import Episode
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.task import ToolEnv
-from rollout_core import Engine, StopReason, Trajectory, TrajectoryStatus, generate_with_resume, run_agent_loop
+from rollout_core import Engine, Trajectory, TrajectoryStatus, generate_with_resume, run_agent_loop
 from rollout_core.agent import ToolFn
 
 from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 
 
-def tool_fn(tool: ToolEnv, tokenizer: TaskTokenizer, example: TaskExample, prompt_len: int) -> ToolFn:
+def tool_fn(tool: ToolEnv, renderer: Renderer, example: TaskExample, episode: Episode) -> ToolFn:
     """The agent loop's callback for one episode: decodes the turn that just ended (the context after the last
-    observation, special tokens dropped, as the warm-up's evaluation does) and encodes the tool's answer."""
-    seen = prompt_len
+    observation, special tokens dropped, as the warm-up's evaluation does) and returns the episode's ids for the
+    tool's answer (and the next turn's opening)."""
+    seen = len(episode.prompt_ids)
+    tok = renderer.tokenizer
 
     def call(context: list[int]) -> list[int] | None:
         nonlocal seen
-        observation = tool.observation(example, tokenizer.decode(context[seen:], skip_special_tokens=True))  # type: ignore[call-arg]
+        turn = context[seen:]
+        text = tok.decode(turn, skip_special_tokens=True)
+        observation = tool.observation(example, text)
         if observation is None:
             return None
-        ids = tokenizer.encode(observation)
+        ids = episode.next_turn(text, closed=bool(turn) and turn[-1] == tok.eos_id, observation=observation)
         seen = len(context) + len(ids)
         return ids
 
@@ -49,14 +55,15 @@ def tool_fn(tool: ToolEnv, tokenizer: TaskTokenizer, example: TaskExample, promp
 
 async def _generate_one(
     engine: Engine,
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     request: GenRequest,
     tool: ToolEnv | None,
     *,
     partial_rollout: bool,
     max_resumes: int,
 ) -> Trajectory:
-    prompt_ids = encode_prompt(tokenizer, request.example.prompt)
+    episode = renderer.episode(request.example)
+    prompt_ids = list(episode.prompt_ids)
     try:
         if tool is None:
             return await generate_with_resume(
@@ -72,7 +79,7 @@ async def _generate_one(
             request.request_id,
             prompt_ids,
             request.params,
-            tool_fn(tool, tokenizer, request.example, len(prompt_ids)),
+            tool_fn(tool, renderer, request.example, episode),
             max_turns=tool.max_turns,
             partial_rollout=partial_rollout,
             max_resumes=max_resumes,
@@ -86,7 +93,7 @@ AfterGroup = Callable[[Sequence[GenRequest], Sequence[Trajectory]], Awaitable[No
 
 async def generate_all(
     engine: Engine,
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     requests: Sequence[GenRequest],
     *,
     tool: ToolEnv | None = None,
@@ -100,7 +107,7 @@ async def generate_all(
     a teacher scoring it); the call returns once every group and its `after_group` are done."""
 
     async def one(r: GenRequest) -> Trajectory:
-        return await _generate_one(engine, tokenizer, r, tool, partial_rollout=partial_rollout, max_resumes=max_resumes)
+        return await _generate_one(engine, renderer, r, tool, partial_rollout=partial_rollout, max_resumes=max_resumes)
 
     if after_group is None:
         return list(await asyncio.gather(*(one(r) for r in requests)))
@@ -119,12 +126,10 @@ async def generate_all(
     return [t for t in out if t is not None]
 
 
-def response_text(tokenizer: TaskTokenizer, traj: Trajectory) -> str:
-    """The decoded response (every turn and observation) without special tokens and without its final EOS."""
-    ids = list(traj.response_ids)
-    if traj.stop_reason is StopReason.STOP and ids and ids[-1] == tokenizer.eos_id:
-        ids = ids[:-1]
-    return tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[call-arg]
+def response_text(renderer: Renderer, traj: Trajectory) -> str:
+    """The response's text as the reward reads it: every turn without special tokens, each observation's text
+    between them (`Renderer.response_text`)."""
+    return renderer.response_text(traj.response_ids, traj.loss_mask)
 
 
 REWARD_TIMEOUT_S = 5.0  # the default of `rollout.reward_timeout_s`
@@ -193,7 +198,7 @@ class _RewardWorker:
 
 
 def score_all(
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     reward_fn: RewardFn,
     requests: Sequence[GenRequest],
     trajectories: Sequence[Trajectory],
@@ -214,7 +219,7 @@ def score_all(
             if traj.status is not TrajectoryStatus.OK:
                 out.append(ScoredSample(request, traj, "", None, SampleStatus.NOT_OK))
                 continue
-            text = response_text(tokenizer, traj)
+            text = response_text(renderer, traj)
             example = request.example
             scored = worker.call(lambda text=text, example=example: score_safely(reward_fn, text, example), timeout_s)
             if scored is None:

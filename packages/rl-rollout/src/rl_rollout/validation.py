@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import TaskTokenizer
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn
 from rollout_core import Engine, SamplingParams
 from trainers import ValSample, validation_metrics
@@ -76,7 +76,7 @@ def _metrics(scored: Sequence[ScoredSample], n: int) -> dict[str, float]:
 
 async def validate(
     engine: Engine,
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     reward_fn: RewardFn,
     examples: Sequence[TaskExample],
     cfg: ValidationConfig,
@@ -89,8 +89,8 @@ async def validate(
 ) -> ValidationResult:
     """Runs every validation response through the engine now serving the policy of `step`."""
     requests = _requests(examples, cfg, step, seed, max_new_tokens)
-    trajectories = await generate_all(engine, tokenizer, requests, tool=tool)
-    scored = score_all(tokenizer, reward_fn, requests, trajectories, timeout_s=reward_timeout_s)
+    trajectories = await generate_all(engine, renderer, requests, tool=tool)
+    scored = score_all(renderer, reward_fn, requests, trajectories, timeout_s=reward_timeout_s)
     greedy = [s for s in scored if s.request.params.temperature == 0.0]
     sampled = [s for s in scored if s.request.params.temperature > 0.0]
     metrics: dict[str, float] = {}

@@ -1,7 +1,8 @@
 """Verifiable-reward tasks as components: the toy addition/sorting task, the scratchpad task (sorting after a
 long-tailed selection-sort trace), tasks read from verl-style dataset files, a multi-turn calculator task, their
-reward functions, and the `Task` interface the warm-up and the rollout consume (`<Kind>TaskConfig.build()` gives a
-`Task`).
+reward functions, the `Task` interface the warm-up and the rollout consume (`<Kind>TaskConfig.build()` gives a
+`Task`), and the `Renderer` that turns a task's prompts and episodes into token ids under its prompt format (by
+default the tokenizer's chat template).
 
 Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch, moe_models
 and native_engine inside their functions.
@@ -18,6 +19,7 @@ from rl_tasks.example import ChatMessage, TaskExample
 from rl_tasks.gsm8k import Gsm8kReward, extract_final_answer, normalize_number
 from rl_tasks.loaders import check_dataset_path, load_dataset_file, load_jsonl, load_parquet
 from rl_tasks.model_presets import model_preset_names
+from rl_tasks.renderer import PROMPT_FORMATS, PromptFormat, Renderer
 from rl_tasks.reward import RewardFn, RewardResult, RewardStats, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.sort_trace import SORT_TRACE_SOURCE, FinalAnswerReward, SortTraceSource, sort_trace
@@ -28,6 +30,7 @@ from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 __all__ = [
     "ADDITION_SOURCE",
     "CALCULATOR_SOURCE",
+    "PROMPT_FORMATS",
     "SORT_SOURCE",
     "SORT_TRACE_SOURCE",
     "AdditionSource",
@@ -40,6 +43,8 @@ __all__ = [
     "FinalAnswerReward",
     "Gsm8kReward",
     "Piece",
+    "PromptFormat",
+    "Renderer",
     "RewardByDataSource",
     "RewardFn",
     "RewardResult",

@@ -21,6 +21,7 @@ from rl_tasks.calculator_env import (
     format_prompt,
 )
 from rl_tasks.calculator_reward import CalculatorReward
+from rl_tasks.renderer import PROMPT_FORMAT_HELP, PromptFormat, check_prompt_format
 from rl_tasks.task import Task, TaskSplits
 from rl_tasks.unique_draws import draw_splits
 
@@ -48,10 +49,12 @@ class CalculatorTaskConfig:
     train_size: int = field(default=20_000, metadata={"help": "unique training prompts"})
     val_size: int = field(default=256, metadata={"help": "unique validation prompts (none of them in train)"})
     seed: int = field(default=0, metadata={"help": "seeds the splits"})
+    prompt_format: PromptFormat = field(default="chat", metadata=PROMPT_FORMAT_HELP)
 
     def __post_init__(self) -> None:
         if self.kind != "calculator":
             raise ValueError(f"CalculatorTaskConfig.kind: expected 'calculator', got {self.kind!r}")
+        check_prompt_format(self.prompt_format)
         if not 2 <= self.min_terms <= self.max_terms:
             raise ValueError(
                 f"CalculatorTaskConfig: expected 2 <= min_terms <= max_terms, got {self.min_terms}, {self.max_terms}"
@@ -113,4 +116,5 @@ class CalculatorTaskConfig:
             tool=env,
             demonstrate=env.demonstration,
             identity=dataclasses.asdict(self),
+            prompt_format=self.prompt_format,
         )

@@ -20,6 +20,7 @@ from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import TaskExample
 from rl_tasks.gsm8k import Gsm8kReward
 from rl_tasks.loaders import check_dataset_path, load_dataset_file
+from rl_tasks.renderer import PROMPT_FORMAT_HELP, PromptFormat, check_prompt_format
 from rl_tasks.reward import RewardFn
 from rl_tasks.task import Task, TaskSplits, answer_demonstration
 
@@ -64,10 +65,12 @@ class DatasetTaskConfig:
     default_data_source: str = field(
         default="", metadata={"help": "data source of rows without one (empty: such rows are refused)"}
     )
+    prompt_format: PromptFormat = field(default="chat", metadata=PROMPT_FORMAT_HELP)
 
     def __post_init__(self) -> None:
         if self.kind != "dataset":
             raise ValueError(f"task.kind: expected 'dataset', got {self.kind!r}")
+        check_prompt_format(self.prompt_format)
         if self.reward not in _REWARDS:
             raise ValueError(f"task.reward: expected one of {_REWARDS}, got {self.reward!r}")
         if self.val_size < 0 or self.max_answer_chars < 0:
@@ -112,6 +115,7 @@ class DatasetTaskConfig:
             tool=None,
             demonstrate=answer_demonstration,
             identity={"config": fields, "file_sha256": files},
+            prompt_format=self.prompt_format,
         )
 
 

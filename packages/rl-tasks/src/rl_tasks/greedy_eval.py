@@ -1,13 +1,15 @@
 """Greedy accuracy of a causal LM on task examples.
 
-Prompts are encoded as `[bos] + encode(prompt)`; the model must emit the answer then EOS. A `moe_models` model
+Prompts are encoded by the task's renderer (`rl_tasks.renderer`: by default the tokenizer's chat template); the
+model must emit the answer then EOS. A `moe_models` model
 decodes over a KV cache with the native engine's cached forward (`native_engine.decode.CachedModel`: no
 scheduler, no sampling): contexts of any lengths decode together, each prefilled once at its own positions,
 and each step feeds only the rows that have not emitted EOS, so the cost grows with the tokens generated, not
 with the square of the longest response. Any other causal LM re-runs its plain forward per token over batches
 of equal-length contexts (no padding, the same positions as at training time).
-With a tool, each finished turn (its tokens, EOS included when emitted) is followed by the tool's observation
-and the next turn is decoded from there, up to the tool's `max_turns`; the last turn gets no observation.
+With a tool, each finished turn (its tokens, EOS included when emitted) is followed by the tool's observation as
+the renderer's episode encodes it, and the next turn is decoded from there, up to the tool's `max_turns`; the last
+turn gets no observation.
 torch is imported lazily (the package's other modules stay torch-free).
 """
 
@@ -17,27 +19,15 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from rl_tasks.example import TaskExample
+from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn, RewardStats, score_safely
 from rl_tasks.task import ToolEnv
 
 if TYPE_CHECKING:
     import torch
-
-
-class TaskTokenizer(Protocol):
-    """What the evaluator and the warm-up need from a tokenizer (moe_models' char tokenizer has it)."""
-
-    bos_id: int
-    eos_id: int
-    pad_id: int
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -51,10 +41,6 @@ class GreedyEvalResult:
     accuracy_by_source: dict[str, float]
     mean_response_tokens: float
     wall_s: float
-
-
-def encode_prompt(tokenizer: TaskTokenizer, prompt: str) -> list[int]:
-    return [tokenizer.bos_id, *tokenizer.encode(prompt)]
 
 
 def _greedy_batch(
@@ -164,18 +150,17 @@ def _greedy_contexts(
 
 def greedy_decode(
     model: torch.nn.Module,
-    tokenizer: TaskTokenizer,
-    prompts: Sequence[str],
+    renderer: Renderer,
+    examples: Sequence[TaskExample],
     *,
     max_new_tokens: int,
     batch_size: int = 256,
 ) -> list[list[int]]:
-    """Greedy response ids (EOS excluded) for each prompt, in input order."""
-    contexts = [encode_prompt(tokenizer, p) for p in prompts]
-    responses = _greedy_contexts(
-        model, contexts, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, batch_size=batch_size
-    )
-    return [ids[:-1] if ids and ids[-1] == tokenizer.eos_id else ids for ids in responses]
+    """Greedy response ids (EOS excluded) for each example's prompt, in input order."""
+    eos = renderer.tokenizer.eos_id
+    contexts = [renderer.prompt_ids(ex) for ex in examples]
+    responses = _greedy_contexts(model, contexts, max_new_tokens=max_new_tokens, eos_id=eos, batch_size=batch_size)
+    return [ids[:-1] if ids and ids[-1] == eos else ids for ids in responses]
 
 
 @dataclass(frozen=True)
@@ -190,7 +175,7 @@ class GreedyEpisode:
 
 def greedy_episodes(
     model: torch.nn.Module,
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     examples: Sequence[TaskExample],
     tool: ToolEnv,
     *,
@@ -198,8 +183,10 @@ def greedy_episodes(
     batch_size: int = 256,
 ) -> list[GreedyEpisode]:
     """Greedy multi-turn episodes, in input order; `max_new_tokens` is each turn's budget."""
-    special = {tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id}
-    contexts = [encode_prompt(tokenizer, ex.prompt) for ex in examples]
+    tok = renderer.tokenizer
+    special = {t for t in (tok.bos_id, tok.eos_id, tok.pad_id) if t is not None}
+    episodes = [renderer.episode(ex) for ex in examples]
+    contexts = [list(e.prompt_ids) for e in episodes]
     texts, tokens, turns = [""] * len(examples), [0] * len(examples), [0] * len(examples)
     active = list(range(len(examples)))
     for turn in range(tool.max_turns):
@@ -207,20 +194,22 @@ def greedy_episodes(
             model,
             [contexts[i] for i in active],
             max_new_tokens=max_new_tokens,
-            eos_id=tokenizer.eos_id,
+            eos_id=tok.eos_id,
             batch_size=batch_size,
         )
         still = []
         for i, ids in zip(active, generated, strict=True):
             body = [t for t in ids if t not in special]
-            turn_text = tokenizer.decode(body)
+            turn_text = tok.decode(body, skip_special_tokens=True)
             texts[i] += turn_text
             tokens[i] += len(body)
             turns[i] += 1
             observed = None if turn == tool.max_turns - 1 else tool.observation(examples[i], turn_text)
             if observed is not None:
                 texts[i] += observed
-                contexts[i] = [*contexts[i], *ids, *tokenizer.encode(observed)]
+                closed = bool(ids) and ids[-1] == tok.eos_id
+                following = episodes[i].next_turn(turn_text, closed=closed, observation=observed)
+                contexts[i] = [*contexts[i], *ids, *following]
                 still.append(i)
         active = still
         if not active:
@@ -230,7 +219,7 @@ def greedy_episodes(
 
 def evaluate_greedy(
     model: torch.nn.Module,
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     examples: Sequence[TaskExample],
     reward_fn: RewardFn,
     *,
@@ -244,13 +233,12 @@ def evaluate_greedy(
         raise ValueError("evaluate_greedy: expected at least one example, got 0")
     t0 = time.perf_counter()
     if tool is None:
-        ids = greedy_decode(
-            model, tokenizer, [e.prompt for e in examples], max_new_tokens=max_new_tokens, batch_size=batch_size
-        )
-        texts, lengths = [tokenizer.decode(r) for r in ids], [len(r) for r in ids]
+        ids = greedy_decode(model, renderer, examples, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        texts = [renderer.tokenizer.decode(r, skip_special_tokens=True) for r in ids]
+        lengths = [len(r) for r in ids]
     else:
         episodes = greedy_episodes(
-            model, tokenizer, examples, tool, max_new_tokens=max_new_tokens, batch_size=batch_size
+            model, renderer, examples, tool, max_new_tokens=max_new_tokens, batch_size=batch_size
         )
         texts, lengths = [e.text for e in episodes], [e.model_tokens for e in episodes]
     total = RewardStats()

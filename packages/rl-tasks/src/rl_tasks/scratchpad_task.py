@@ -12,6 +12,7 @@ import numpy as np
 
 from rl_tasks.dispatch import RewardByDataSource
 from rl_tasks.example import TaskExample
+from rl_tasks.renderer import PROMPT_FORMAT_HELP, PromptFormat, check_prompt_format
 from rl_tasks.sort_trace import FinalAnswerReward, SortTraceSource, prompt_digits, sort_trace
 from rl_tasks.task import Piece, Task, TaskSplits
 from rl_tasks.unique_draws import draw_splits
@@ -32,10 +33,12 @@ class ScratchpadTaskConfig:
     train_size: int = field(default=20_000, metadata={"help": "unique training prompts"})
     val_size: int = field(default=256, metadata={"help": "unique validation prompts (none of them in train)"})
     seed: int = field(default=0, metadata={"help": "seeds the splits"})
+    prompt_format: PromptFormat = field(default="chat", metadata=PROMPT_FORMAT_HELP)
 
     def __post_init__(self) -> None:
         if self.kind != "scratchpad":
             raise ValueError(f"ScratchpadTaskConfig.kind: expected 'scratchpad', got {self.kind!r}")
+        check_prompt_format(self.prompt_format)
         if self.train_size < 1 or self.val_size < 1:
             raise ValueError(
                 f"ScratchpadTaskConfig: expected train_size >= 1 and val_size >= 1, got {self.train_size}, "
@@ -59,4 +62,5 @@ class ScratchpadTaskConfig:
             tool=None,
             demonstrate=trace_demonstration,
             identity=dataclasses.asdict(self),
+            prompt_format=self.prompt_format,
         )

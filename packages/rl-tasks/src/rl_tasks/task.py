@@ -1,10 +1,12 @@
-"""The built task the warm-up and the rollout consume: splits, reward, alphabet, answer budget, optional tool.
+"""The built task the warm-up and the rollout consume: splits, reward, alphabet, answer budget, optional tool,
+prompt format.
 
 A task is built from its config (`<Kind>TaskConfig.build()`); everything here is torch-free.
 
-Episode layout, shared by the warm-up's training sequences and the rollout's contexts: `[bos] + prompt`, then
-the model's turns and the environment's observations in order, each model turn closed by `[eos]`. A
-single-turn task has exactly one model turn. Observations are never trained on.
+Episode layout, shared by the warm-up's training sequences and the rollout's contexts: the prompt, then the model's
+turns and the environment's observations in order, each model turn closed by EOS; how the prompt and the
+observations become tokens is the task's prompt format (`rl_tasks.renderer`: by default the tokenizer's chat
+template). A single-turn task has exactly one model turn. Observations are never trained on.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ class ToolEnv(Protocol):
 
     def observation(self, example: TaskExample, turn_text: str) -> str | None:
         """The text appended after the model's finished turn (`turn_text`: EOS and special tokens excluded),
-        or None to end the episode."""
+        or None to end the episode. Written in the task's alphabet (`max_observation_chars` bounds its tokens
+        through it)."""
         ...
 
 
@@ -64,7 +67,8 @@ def answer_demonstration(example: TaskExample) -> tuple[Piece, ...]:
 
 
 def check_demonstration(pieces: tuple[Piece, ...], example: TaskExample) -> tuple[Piece, ...]:
-    """`pieces` unchanged if it is a valid episode: at least one piece, all `Piece`s, the last one trainable."""
+    """`pieces` unchanged if it is a valid episode: at least one piece, all `Piece`s, the last one trainable, every
+    observation right after a model turn."""
     if not isinstance(pieces, tuple) or not pieces or not all(isinstance(p, Piece) for p in pieces):
         raise ValueError(f"demonstration of {example.uid!r}: expected a non-empty tuple of Piece, got {pieces!r:.200}")
     if not pieces[-1].trainable:
@@ -72,6 +76,12 @@ def check_demonstration(pieces: tuple[Piece, ...], example: TaskExample) -> tupl
             f"demonstration of {example.uid!r}: expected the last piece to be a model turn (trainable), got "
             f"{pieces[-1]!r:.200}"
         )
+    for before, piece in zip((None, *pieces), pieces, strict=False):
+        if not piece.trainable and (before is None or not before.trainable):
+            raise ValueError(
+                f"demonstration of {example.uid!r}: expected every observation right after a model turn, got "
+                f"{piece!r:.100} after {before!r:.100}"
+            )
     return pieces
 
 
@@ -94,8 +104,13 @@ class Task:
     tool: ToolEnv | None
     demonstrate: Callable[[TaskExample], tuple[Piece, ...]]
     identity: Mapping[str, object]
+    prompt_format: str = "chat"
 
     def __post_init__(self) -> None:
+        if self.prompt_format not in ("chat", "plain"):
+            raise ValueError(
+                f"Task {self.kind!r}: expected prompt_format 'chat' or 'plain', got {self.prompt_format!r}"
+            )
         if not self.splits.train or not self.splits.validation:
             raise ValueError(
                 f"Task {self.kind!r}: expected non-empty splits, got {len(self.splits.train)} train and "
@@ -114,13 +129,20 @@ class Task:
         if outside:
             raise ValueError(f"Task {self.kind!r}: characters {outside[:10]} of the data are outside the alphabet")
 
+    @property
+    def max_char_bytes(self) -> int:
+        """The most UTF-8 bytes of one alphabet character (1 for an ASCII alphabet)."""
+        return max(len(c.encode()) for c in self.alphabet)
+
     def demonstration(self, example: TaskExample) -> tuple[Piece, ...]:
         """The warm-up's target after the prompt (checked: non-empty, ending with a trainable piece)."""
         return check_demonstration(self.demonstrate(example), example)
 
     def fingerprint(self) -> str:
-        """A short stable hash of `kind` and `identity` (keys the warm-up cache)."""
-        blob = json.dumps({"kind": self.kind, "identity": self.identity}, sort_keys=True).encode()
+        """A short stable hash of `kind`, `identity` and `prompt_format` (keys the warm-up cache)."""
+        blob = json.dumps(
+            {"kind": self.kind, "identity": self.identity, "prompt_format": self.prompt_format}, sort_keys=True
+        ).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from rl_tasks.addition import AdditionSource
 from rl_tasks.dispatch import RewardByDataSource
 from rl_tasks.exact_match import ExactMatchReward
+from rl_tasks.renderer import PROMPT_FORMAT_HELP, PromptFormat, check_prompt_format
 from rl_tasks.sorting import SortSource
 from rl_tasks.task import Task, TaskSplits, answer_demonstration
 from rl_tasks.unique_draws import draw_splits
@@ -34,10 +35,12 @@ class ToyTaskConfig:
     train_size: int = field(default=20_000, metadata={"help": "unique training prompts"})
     val_size: int = field(default=256, metadata={"help": "unique validation prompts (none of them in train)"})
     seed: int = field(default=0, metadata={"help": "seeds the splits"})
+    prompt_format: PromptFormat = field(default="chat", metadata=PROMPT_FORMAT_HELP)
 
     def __post_init__(self) -> None:
         if self.kind != "toy":
             raise ValueError(f"ToyTaskConfig.kind: expected 'toy', got {self.kind!r}")
+        check_prompt_format(self.prompt_format)
         if self.addition_weight < 0 or self.sort_weight < 0 or self.addition_weight + self.sort_weight <= 0:
             raise ValueError(
                 f"ToyTaskConfig: expected non-negative weights with a positive sum, got "
@@ -117,4 +120,5 @@ def build_toy_task(cfg: ToyTaskConfig) -> Task:
         tool=None,
         demonstrate=answer_demonstration,
         identity=cfg.to_json_dict(),
+        prompt_format=cfg.prompt_format,
     )

@@ -1,15 +1,17 @@
 """Supervised warm-up that turns a random tiny MoE into an RL base checkpoint for any task.
 
-The checkpoint (HF format via `moe_models.save_pretrained`) is cached under `cache_root/warmup-<key>`, where
-`<key>` hashes the task's fingerprint, the model config, the warm-up config and a format version; it is rebuilt
-when missing. A build happens in a temporary directory renamed into place only once complete (the metadata
-file `warmup.json` is its last file), so a crash never leaves a half-written cached checkpoint.
+The checkpoint (HF format via `moe_models.save_pretrained`, with the task's tokenizer: `rl_tasks.task_tokenizer`)
+is cached under `cache_root/warmup-<key>`, where `<key>` hashes the task's fingerprint, the tokenizer's files, the
+model config, the warm-up config and a format version; it is rebuilt when missing. A build happens in a temporary
+directory renamed into place only once complete (the metadata file `warmup.json` is its last file), so a crash never
+leaves a half-written cached checkpoint.
 
-Training sequences are `[bos] + prompt`, then each piece of the task's demonstration, with `[eos]` after every
-trainable piece (a model turn); the loss covers only the trainable pieces and their EOS tokens, never the
-prompt or an observation. A single-turn task's demonstration is its answer, so its sequences are
-`[bos] + prompt + answer + [eos]`. The base is scored by greedy decoding, running the tool loop for a task
-with a tool. torch and moe_models are imported inside the functions, so importing rl_tasks stays torch-free.
+Training sequences are the rendered prompt, then each piece of the task's demonstration, EOS after every trainable
+piece (a model turn) and each observation as the prompt format encodes it (`rl_tasks.renderer.Renderer`); the loss
+covers only the trainable pieces and their EOS tokens, never the prompt or an observation. A single-turn task's
+demonstration is its answer, so its sequences are `prompt + answer + [eos]`. The base is scored by greedy decoding,
+running the tool loop for a task with a tool. torch and moe_models are imported inside the functions, so importing
+rl_tasks stays torch-free.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
-from rl_tasks.greedy_eval import TaskTokenizer, encode_prompt, evaluate_greedy
+from rl_tasks.greedy_eval import evaluate_greedy
 from rl_tasks.model_config import ModelConfig
+from rl_tasks.renderer import Renderer
 from rl_tasks.task import Piece, Task, TaskBuilder
+from rl_tasks.task_tokenizer import build_task_tokenizer, tokenizer_digest
 
 if TYPE_CHECKING:
     import torch
 
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3
 METADATA_FILE = "warmup.json"
 
 
@@ -135,10 +140,15 @@ def as_task(task: Task | TaskBuilder) -> Task:
     return built
 
 
-def build_task_tokenizer(task: Task | TaskBuilder) -> TaskTokenizer:
-    from moe_models import build_char_tokenizer
+def task_renderer(task: Task | TaskBuilder) -> Renderer:
+    """The task's tokenizer (`rl_tasks.task_tokenizer`) under the task's prompt format."""
+    built = as_task(task)
+    return Renderer(build_task_tokenizer(built), built.prompt_format)  # type: ignore[arg-type]
 
-    return build_char_tokenizer(as_task(task).alphabet)
+
+def turn_budget(task: Task) -> int:
+    """The most tokens of one model turn, EOS included: at most one token per UTF-8 byte of the longest answer."""
+    return task.max_answer_chars * task.max_char_bytes + 1
 
 
 def build_base_model_config(
@@ -159,39 +169,27 @@ def build_base_model_config(
     )
 
 
-def warmup_key(task: Task | TaskBuilder, warmup: WarmupConfig, model_config: object) -> str:
-    """Hash of everything that determines the checkpoint's weights."""
+def warmup_key(task: Task | TaskBuilder, warmup: WarmupConfig, model_config: object, tokenizer: object) -> str:
+    """Hash of everything that determines the checkpoint's weights (`tokenizer`: by the files it saves)."""
     payload = {
         "format": _FORMAT_VERSION,
         "task": as_task(task).fingerprint(),
+        "tokenizer": tokenizer_digest(tokenizer),  # type: ignore[arg-type]
         "warmup": warmup.cache_fields(),
         "model": dataclasses.asdict(model_config),  # type: ignore[call-overload]
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:20]
 
 
-def encode_demonstration(
-    tokenizer: TaskTokenizer, example: TaskExample, pieces: Sequence[Piece]
-) -> tuple[list[int], list[float]]:
-    """The training sequence of one episode and its loss mask over targets: `mask[t]` is 1 where position t
-    predicts (as `ids[t + 1]`) a token of a trainable piece or the EOS closing it; `len(mask) == len(ids) - 1`."""
-    ids = encode_prompt(tokenizer, example.prompt)
-    mask = [0.0] * (len(ids) - 1)
-    for piece in pieces:
-        tokens = [*tokenizer.encode(piece.text), *([tokenizer.eos_id] if piece.trainable else [])]
-        ids += tokens
-        mask += [1.0 if piece.trainable else 0.0] * len(tokens)
-    return ids, mask
-
-
 def encode_training_batch(
-    tokenizer: TaskTokenizer,
+    renderer: Renderer,
     examples: Sequence[TaskExample],
     demonstration: Callable[[TaskExample], tuple[Piece, ...]],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """input_ids [B, T], attention_mask [B, T] (right padding), loss_mask [B, T-1]: 1 where position t
-    predicts a trainable token (target input_ids[:, t+1]), see `encode_demonstration`."""
-    return pad_rows([encode_demonstration(tokenizer, ex, demonstration(ex)) for ex in examples], tokenizer.pad_id)
+    predicts a trainable token (target input_ids[:, t+1]), see `Renderer.demonstration`."""
+    rows = [renderer.demonstration(ex, demonstration(ex)) for ex in examples]
+    return pad_rows(rows, renderer.tokenizer.pad_id)
 
 
 def pad_rows(
@@ -235,16 +233,16 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 
 def accumulate_gradients(
-    model: torch.nn.Module, tokenizer: TaskTokenizer, batch: Sequence[TaskExample], task: Task, budget: int
+    model: torch.nn.Module, renderer: Renderer, batch: Sequence[TaskExample], task: Task, budget: int
 ) -> float:
     """Backpropagates the batch's mean loss per trainable token in micro-batches; returns that loss (nats)."""
     import torch
 
-    rows = [encode_demonstration(tokenizer, ex, task.demonstration(ex)) for ex in batch]
+    rows = [renderer.demonstration(ex, task.demonstration(ex)) for ex in batch]
     total = sum(sum(mask) for _, mask in rows)
     loss_sum = 0.0
     for group in micro_batches([len(ids) for ids, _ in rows], budget):
-        ids, attn, loss_mask = pad_rows([rows[i] for i in group], tokenizer.pad_id)
+        ids, attn, loss_mask = pad_rows([rows[i] for i in group], renderer.tokenizer.pad_id)
         logits = model(ids, attn).logits[:, :-1]  # [b, T-1, V], in the model's dtype (float32 or float64)
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [b, T-1]
         loss = (nll * loss_mask).sum() / total
@@ -253,7 +251,7 @@ def accumulate_gradients(
     return loss_sum
 
 
-def train_warmup(model: torch.nn.Module, tokenizer: TaskTokenizer, task: Task, cfg: WarmupConfig) -> float | None:
+def train_warmup(model: torch.nn.Module, renderer: Renderer, task: Task, cfg: WarmupConfig) -> float | None:
     """Runs `cfg.steps` supervised steps in place on demonstrations of `task.splits.train` (drawn with
     replacement, seeded by `cfg.seed`); returns the mean loss over the last 10 steps (nats per trainable
     token), or None when `cfg.steps` is 0."""
@@ -270,7 +268,7 @@ def train_warmup(model: torch.nn.Module, tokenizer: TaskTokenizer, task: Task, c
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, tokenizer, batch, task, cfg.micro_batch_tokens))
+        losses.append(accumulate_gradients(model, renderer, batch, task, cfg.micro_batch_tokens))
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
     model.eval()
@@ -284,23 +282,23 @@ def _build(task: Task, warmup: WarmupConfig, model_config: object, key: str, out
     import torch
     from moe_models import MoEForCausalLM, save_pretrained, set_experts_kernel
 
-    tokenizer = build_task_tokenizer(task)
+    renderer = task_renderer(task)
     torch.manual_seed(warmup.seed)
     model = MoEForCausalLM(model_config)  # initialised in float32, so both dtypes start from the same weights
     set_experts_kernel(model, warmup.experts_kernel)
     t0 = time.perf_counter()
-    final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), tokenizer, task, warmup)
+    final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), renderer, task, warmup)
     model = model.float()
     train_wall_s = time.perf_counter() - t0
     ev = evaluate_greedy(
         model,
-        tokenizer,
+        renderer,
         task.splits.validation,
         task.reward_fn,
-        max_new_tokens=task.max_answer_chars + 1,
+        max_new_tokens=turn_budget(task),
         tool=task.tool,
     )
-    save_pretrained(model, out_dir, tokenizer)
+    save_pretrained(model, out_dir, renderer.tokenizer)  # type: ignore[arg-type]
     result = WarmupResult(out_dir, False, key, train_wall_s, final_loss, ev.accuracy, ev.accuracy_by_source)
     (out_dir / METADATA_FILE).write_text(json.dumps(result.to_json_dict(), indent=2, sort_keys=True) + "\n")
     return result
@@ -338,7 +336,7 @@ def ensure_base_checkpoint(
     cache_root = Path(cache_root)
     tokenizer = build_task_tokenizer(task)
     model_config = build_base_model_config(task, warmup, tokenizer, model)
-    key = warmup_key(task, warmup, model_config)
+    key = warmup_key(task, warmup, model_config, tokenizer)
     final = cache_root / f"warmup-{key}"
     if (final / METADATA_FILE).is_file():
         return _read_cached(final, key)

@@ -1,0 +1,73 @@
+"""The tokenizer of a task: a byte-level BPE chat tokenizer (`moe_models.train_chat_tokenizer`) trained on the
+task's own text, so the tiny models get a vocabulary the size of what the task says.
+
+The corpus is every training example's demonstration rendered as a chat with the ChatML template: the prompt (its
+chat messages, or one user message), then each model turn as an assistant message and each observation as a tool
+message; plus one chat with a message of every role (the template's markers) and the task's alphabet (every
+character of both splits' prompts and answers), so that everything the task encodes is in the vocabulary. So the
+merges spell the task's words and the template's role names, digits stay one token each, and the special tokens
+are the template's. The same task (its fingerprint: config and data files) always gives the same
+tokenizer files, byte for byte, whatever the prompt format; `tokenizer_digest` hashes those files for cache keys.
+moe_models (and so torch) is imported inside the functions: importing rl_tasks stays torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rl_tasks.example import CHAT_ROLES
+from rl_tasks.renderer import Renderer
+from rl_tasks.task import Task
+
+if TYPE_CHECKING:
+    from moe_models import ChatTokenizer
+    from moe_models.checkpoint import SavableTokenizer
+
+
+def _demonstration_chats(task: Task) -> Iterator[list[dict[str, str]]]:
+    for example in task.splits.train:
+        messages = Renderer.messages(example)
+        for piece in task.demonstration(example):
+            messages.append({"role": "assistant" if piece.trainable else "tool", "content": piece.text})
+        yield messages
+
+
+def tokenizer_corpus(task: Task) -> Iterator[str]:
+    """The texts the task's tokenizer is trained on: each training demonstration rendered as a ChatML chat."""
+    from moe_models.chat_template import CHATML_TEMPLATE, render_chat
+
+    for messages in _demonstration_chats(task):
+        yield render_chat(CHATML_TEMPLATE, messages, add_generation_prompt=False)
+    markers = [{"role": role, "content": ""} for role in CHAT_ROLES]
+    yield render_chat(CHATML_TEMPLATE, markers, add_generation_prompt=True)
+    yield task.alphabet
+
+
+_TRAINED: dict[str, ChatTokenizer] = {}
+_KEEP = 4
+
+
+def build_task_tokenizer(task: Task) -> ChatTokenizer:
+    """The task's tokenizer (trained once per task fingerprint in this process, then reused)."""
+    from moe_models import train_chat_tokenizer
+
+    key = task.fingerprint()
+    if key not in _TRAINED:
+        while len(_TRAINED) >= _KEEP:
+            del _TRAINED[next(iter(_TRAINED))]
+        _TRAINED[key] = train_chat_tokenizer(tokenizer_corpus(task))
+    return _TRAINED[key]
+
+
+def tokenizer_digest(tokenizer: SavableTokenizer) -> str:
+    """SHA-256 over the files `tokenizer.save` writes (names and bytes, in name order)."""
+    digest = hashlib.sha256()
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save(tmp)
+        for path in sorted(Path(tmp).iterdir()):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
