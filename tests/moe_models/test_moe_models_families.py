@@ -241,3 +241,23 @@ def test_the_invariant_forward_gives_a_sequence_the_same_bits_alone_or_batched(
             assert torch.equal(alone.logits[0], batched.logits[row, :n])
             assert torch.equal(alone.routed_experts[0], batched.routed_experts[row, :n])
     assert (batched.logits - normal)[mask.bool()].abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "gpt_oss"])
+def test_weights_load_back_from_every_layout_exactly(family: str) -> None:
+    """Canonical names (what the trainer pushes to the engine), the disk layout and transformers' in-memory one."""
+    from moe_models import MoEConfig, hf_state_dict, load_state_dict_tensors, state_dict_numpy
+
+    torch.manual_seed(0)
+    source = MoEForCausalLM(MoEConfig.preset("tiny", vocab_size=32, model_type=family))
+    layouts = {
+        "canonical": {k: torch.from_numpy(v) for k, v in state_dict_numpy(source).items()},
+        "disk": {k: torch.from_numpy(v) for k, v in state_dict_numpy(source, disk_layout=True).items()},
+        "transformers": hf_state_dict(source),
+    }
+    for name, state in layouts.items():
+        torch.manual_seed(1)
+        target = MoEForCausalLM(source.config)
+        load_state_dict_tensors(target, state)
+        for key, value in source.state_dict().items():
+            assert torch.equal(target.state_dict()[key], value), (family, name, key)

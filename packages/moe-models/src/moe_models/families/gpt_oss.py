@@ -106,6 +106,10 @@ class GptOss(Family):
         return out
 
     def from_hf_state(self, state: State, config: MoEConfig) -> State:
+        """transformers' layout -> canonical; a state already canonical (its router is `mlp.gate`: the experts'
+        names are the same in both layouts, their shapes not) passes through."""
+        if not any(".mlp.router." in name for name in state):
+            return dict(state)
         out = rename_keys(state, tuple((b, a) for a, b in _ROUTER))
         for name in list(out):
             if name.endswith(".experts.gate_up_proj"):
