@@ -1,7 +1,7 @@
 """apps/async_ppo with its trainer actor on a backend whose ranks it spawns (2 gloo ranks): VeOmni (FSDP2) and
-Megatron-Core (experts split over both ranks). Staleness bounded, router replay on, the behaviour probe reading
-the ranks' weights. Each case needs its dependency group (`bash scripts/test_veomni.sh`,
-`bash scripts/test_megatron.sh`) and is skipped elsewhere."""
+Megatron-Core (experts split over both ranks; Qwen3-MoE, and DeepSeek-V3 with multi-latent attention). Staleness
+bounded, router replay on, the behaviour probe reading the ranks' weights. Each case needs its dependency group
+(`bash scripts/test_veomni.sh`, `bash scripts/test_megatron.sh`) and is skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ BACKENDS = [
                  marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh")),
     pytest.param(("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
                  id="megatron", marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
+    pytest.param(("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2",
+                  "--model.family", "deepseek_v3"),
+                 id="megatron-deepseek_v3", marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
 ]  # fmt: skip
 
 

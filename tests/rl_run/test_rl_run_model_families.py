@@ -46,3 +46,8 @@ def test_the_compiled_decode_families_are_those_the_decode_step_computes() -> No
         f for f in FAMILY_NAMES if not decode_step_unsupported(MoEConfig.preset("tiny", vocab_size=8, model_type=f))
     }
     assert served == set(COMPILED_DECODE_FAMILIES)
+
+
+def test_megatron_trains_the_deepseek_v3_warm_up_model() -> None:
+    cfg = RecipeConfig(model=ModelConfig(family="deepseek_v3"), backend=MegatronBackendConfig())
+    assert cfg.model.resolved_family() == "deepseek_v3"

@@ -1,6 +1,7 @@
 """apps/sync_ppo on the backends whose ranks are processes of their own: VeOmni (2 gloo ranks, FSDP2) and
-Megatron-Core (2 gloo ranks, experts split over both). Each trains with router replay, its training metrics follow
-the torch backend's on the same seed, and a resumed run continues bit for bit. Each case needs its dependency group
+Megatron-Core (2 gloo ranks, experts split over both; Qwen3-MoE, and DeepSeek-V3 with multi-latent attention). Each
+trains with router replay, its training metrics follow the torch backend's on the same seed and model, and a
+resumed run continues bit for bit. Each case needs its dependency group
 (`bash scripts/test_veomni.sh`, `bash scripts/test_megatron.sh`) and is skipped elsewhere."""
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ def _needs(library: str, marker: pytest.MarkDecorator, script: str) -> list[pyte
     return [marker, pytest.mark.skipif(find_spec(library) is None, reason=f"no {library} here: run bash {script}")]
 
 
-BACKENDS = [
-    pytest.param(("--backend.kind", "veomni", "--backend.ranks", "2"), id="veomni",
+MEGATRON = ("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2")
+BACKENDS = [  # (backend flags, model flags: the torch run trains the same model)
+    pytest.param(("--backend.kind", "veomni", "--backend.ranks", "2"), (), id="veomni",
                  marks=_needs("veomni", pytest.mark.veomni, "scripts/test_veomni.sh")),
-    pytest.param(("--backend.kind", "megatron", "--backend.ranks", "2", "--backend.expert_parallel", "2"),
-                 id="megatron", marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
+    pytest.param(MEGATRON, (), id="megatron",
+                 marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
+    pytest.param(MEGATRON, ("--model.family", "deepseek_v3"), id="megatron-deepseek_v3",
+                 marks=_needs("megatron", pytest.mark.megatron, "scripts/test_megatron.sh")),
 ]  # fmt: skip
 VOLATILE = ("timing/", "perf/")
 
@@ -32,11 +36,12 @@ def _stable(row: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("backend", "model"), BACKENDS)
 def test_sync_ppo_on_rank_processes_follows_the_torch_backend_and_resumes_exactly(
-    tmp_path: Path, tiny_config: Callable[..., SyncConfig], backend: tuple[str, ...]
+    tmp_path: Path, tiny_config: Callable[..., SyncConfig], backend: tuple[str, ...], model: tuple[str, ...]
 ) -> None:
-    train(tiny_config(tmp_path / "torch", "--run.steps", "3"))
+    backend = (*backend, *model)
+    train(tiny_config(tmp_path / "torch", "--run.steps", "3", *model))
     train(tiny_config(tmp_path / "ranks", "--run.steps", "3", *backend))
     torch_rows = read_metrics(tmp_path / "torch" / "metrics.jsonl")
     rows = read_metrics(tmp_path / "ranks" / "metrics.jsonl")

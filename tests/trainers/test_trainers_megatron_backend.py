@@ -1,7 +1,8 @@
 """The Megatron backend behind `StepRunner` (rank processes of its own): PPO steps with router replay follow the
-torch backend's at expert parallel 1 and 2 (and with the experts replicated over two ranks), also with a KL term to
-the frozen reference; a checkpoint resumes bit for bit, is in our names and layout, and loads into the torch
-backend. Needs the `megatron` group, Python >= 3.12: `bash scripts/test_megatron.sh`."""
+torch backend's at expert parallel 1 and 2 (and, for Qwen3-MoE, with the experts replicated over two ranks), for
+Qwen3-MoE and for DeepSeek-V3 (multi-latent attention), also with a KL term to the frozen reference; a checkpoint of
+either family resumes bit for bit, is in our names and layout (DeepSeek's router bias included), and loads into the
+torch backend. Needs the `megatron` group, Python >= 3.12: `bash scripts/test_megatron.sh`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from moe_models import load_pretrained, load_state_dict_tensors
 from trainers.algorithm import KLConfig, PPOConfig
 from trainers.backend import BackendState, OptimConfig
 from trainers.backend.config import MegatronBackendConfig, TorchBackendConfig
@@ -27,8 +29,9 @@ STEPS = 3
 LR = 1e-3  # small: AdamW's first steps move a weight by ~lr whatever its gradient's rounding
 
 
-def _spec(tmp_path: Path, kl_coef: float = 0.0) -> StepSpec:
-    return rank_spec(tmp_path, PPOConfig(kl=KLConfig(coef=kl_coef)), OptimConfig(lr=LR), router_replay=True)
+def _spec(tmp_path: Path, kl_coef: float = 0.0, model_type: str = "qwen3_moe") -> StepSpec:
+    algorithm = PPOConfig(kl=KLConfig(coef=kl_coef))
+    return rank_spec(tmp_path, algorithm, OptimConfig(lr=LR), model_type=model_type, router_replay=True)
 
 
 def _assert_metrics_match(got: list[dict[str, float]], want: list[dict[str, float]]) -> None:
@@ -38,21 +41,35 @@ def _assert_metrics_match(got: list[dict[str, float]], want: list[dict[str, floa
             assert g[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (step, key)
 
 
-def _run(cfg: object, spec: StepSpec, steps: int) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
+def _run(
+    cfg: object, spec: StepSpec, steps: int, model_type: str = "qwen3_moe"
+) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
     runner = build_steps(cfg, spec)  # type: ignore[arg-type]
     try:
-        metrics = [runner.train_step(rank_batch()).metrics for _ in range(steps)]
+        metrics = [runner.train_step(rank_batch(model_type)).metrics for _ in range(steps)]
         return metrics, runner.export_weights()[0]
     finally:
         runner.close()
 
 
-@pytest.mark.parametrize(("ranks", "expert_parallel"), [(1, 1), (2, 2), (2, 1)])
-def test_megatron_steps_follow_the_torch_backend(tmp_path: Path, ranks: int, expert_parallel: int) -> None:
+@pytest.mark.parametrize(
+    ("model_type", "ranks", "expert_parallel"),
+    [
+        ("qwen3_moe", 1, 1),
+        ("qwen3_moe", 2, 2),
+        ("qwen3_moe", 2, 1),
+        ("deepseek_v3", 1, 1),
+        ("deepseek_v3", 2, 2),
+    ],
+)
+def test_megatron_steps_follow_the_torch_backend(
+    tmp_path: Path, model_type: str, ranks: int, expert_parallel: int
+) -> None:
     torch.set_num_threads(1)
-    spec = _spec(tmp_path)
-    want, want_weights = _run(TorchBackendConfig(device="cpu"), spec, STEPS)
-    got, weights = _run(MegatronBackendConfig(ranks=ranks, expert_parallel=expert_parallel), spec, STEPS)
+    spec = _spec(tmp_path, model_type=model_type)
+    want, want_weights = _run(TorchBackendConfig(device="cpu"), spec, STEPS, model_type)
+    megatron = MegatronBackendConfig(ranks=ranks, expert_parallel=expert_parallel)
+    got, weights = _run(megatron, spec, STEPS, model_type)
     assert want[0]["actor/grad_norm"] > 0.1  # the steps do move the weights
     _assert_metrics_match(got, want)
     assert weights.keys() == want_weights.keys()  # our names, nothing left over
@@ -76,13 +93,17 @@ def test_a_kl_term_scores_the_frozen_reference_on_expert_parallel_ranks(tmp_path
     _assert_metrics_match(got, want)
 
 
-def test_a_megatron_checkpoint_resumes_bit_for_bit_and_loads_into_the_torch_backend(tmp_path: Path) -> None:
-    spec, cfg = _spec(tmp_path), MegatronBackendConfig(ranks=2, expert_parallel=2)
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3"])
+def test_a_megatron_checkpoint_resumes_bit_for_bit_and_loads_into_the_torch_backend(
+    tmp_path: Path, model_type: str
+) -> None:
+    spec, cfg = _spec(tmp_path, model_type=model_type), MegatronBackendConfig(ranks=2, expert_parallel=2)
+    batch = rank_batch(model_type)
     group = build_steps(cfg, spec)
     try:
-        group.train_step(rank_batch())
+        group.train_step(batch)
         group.state_dict().save(tmp_path / "state")
-        want = [group.train_step(rank_batch()).metrics for _ in range(2)]
+        want = [group.train_step(batch).metrics for _ in range(2)]
         want_weights, version = group.export_weights()
     finally:
         group.close()
@@ -90,18 +111,23 @@ def test_a_megatron_checkpoint_resumes_bit_for_bit_and_loads_into_the_torch_back
     resumed = build_steps(cfg, spec)
     try:
         resumed.load_state_dict(state)
-        got = [resumed.train_step(rank_batch()).metrics for _ in range(2)]
+        got = [resumed.train_step(batch).metrics for _ in range(2)]
         got_weights, got_version = resumed.export_weights()
     finally:
         resumed.close()
     assert got == want and got_version == version == 3
     assert all(torch.equal(got_weights[k], want_weights[k]) for k in want_weights)
+    ours = load_pretrained(spec.checkpoint_dir)  # the exported weights load back into our model (the engines') exactly
+    load_state_dict_tensors(ours, want_weights)
+    assert ours.state_dict().keys() == want_weights.keys()
+    assert all(torch.equal(v, want_weights[k]) for k, v in ours.state_dict().items())
 
     local = build_steps(TorchBackendConfig(device="cpu"), spec)  # the same format as the torch backend's
     local.load_state_dict(state)
     loaded, _ = local.export_weights()
+    assert loaded.keys() == want_weights.keys()  # every weight and buffer of our model (DeepSeek: the router bias)
     assert all(torch.equal(loaded[k], state.tensors[f"model.{k}"]) for k in loaded)
-    first = local.train_step(rank_batch()).metrics
+    first = local.train_step(batch).metrics
     for key, value in want[0].items():
         assert first[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 

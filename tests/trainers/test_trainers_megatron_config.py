@@ -41,3 +41,26 @@ def test_building_megatron_steps_without_megatron_names_the_script_that_builds_i
     )
     with pytest.raises(ValueError, match=r"megatron-core 0\.19\.2, got not installed.*bash scripts/test_megatron\.sh"):
         build_steps(MegatronBackendConfig(), spec)
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None, reason="no Megatron-Core here: run bash scripts/test_megatron.sh")
+def test_a_checkpoint_the_megatron_build_refuses_is_refused_before_any_rank_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
+
+    tied = MoEConfig.preset("tiny", vocab_size=24, model_type="deepseek_v3", tie_word_embeddings=True)
+    save_pretrained(MoEForCausalLM(tied), tmp_path)
+    spec = StepSpec(
+        str(tmp_path), PPOConfig(), TrainLoopConfig(), OptimConfig(), max_new_tokens=8, temperature=1.0, seed=0,
+        total_steps=1,
+    )  # fmt: skip
+    from trainers.backend import rank_group
+
+    def no_spawn(method: str) -> None:
+        raise AssertionError(f"a rank process was started ({method})")
+
+    monkeypatch.setattr(rank_group.mp, "get_context", no_spawn)
+    with pytest.raises(ValueError, match=r"DeepSeek-V3 tie_word_embeddings: expected False, got True"):
+        build_steps(MegatronBackendConfig(), spec)

@@ -19,18 +19,37 @@ PAD = 0
 MAX_NEW = 8
 
 
-def tiny_model(seed: int = 0) -> MoEForCausalLM:
+# DeepSeek-V3's tiny preset at the sizes above: multi-latent attention (a query latent, a value head narrower than
+# the query/key head), one dense layer then two MoE layers, 8 experts in 2 groups (top-2 from the best group), one
+# shared expert
+MLA_SIZES = {
+    "num_hidden_layers": 3,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 12,
+    "shared_expert_intermediate_size": 32,
+}
+
+
+def tiny_model(seed: int = 0, model_type: str = "qwen3_moe") -> MoEForCausalLM:
+    """Qwen3-MoE (2 layers) or DeepSeek-V3 (`MLA_SIZES`, with a router correction bias and router weights spread
+    enough that the bias and the group limit change some choices)."""
     torch.manual_seed(seed)
-    cfg = MoEConfig.preset(
-        "tiny",
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        pad_token_id=PAD,
-    )
-    return MoEForCausalLM(cfg)
+    sizes = {"hidden_size": 64, "intermediate_size": 64, "moe_intermediate_size": 32, "num_hidden_layers": 2}
+    if model_type == "deepseek_v3":
+        sizes.update(MLA_SIZES)
+    cfg = MoEConfig.preset("tiny", vocab_size=VOCAB, model_type=model_type, pad_token_id=PAD, **sizes)
+    model = MoEForCausalLM(cfg)
+    if model_type == "deepseek_v3":
+        with torch.no_grad():
+            for name, tensor in model.state_dict(keep_vars=True).items():
+                if name.endswith("mlp.gate.weight"):
+                    tensor.normal_(0.0, 0.5)
+                elif name.endswith("mlp.gate.e_score_correction_bias"):
+                    tensor.uniform_(-0.1, 0.1)
+    return model
 
 
 @torch.no_grad()
@@ -92,16 +111,20 @@ def grads(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-def rank_batch() -> TrainBatch:
-    """Eight rollouts of another model (seed 1: their routing differs from the policy's), padded to a multiple of 8
-    (two ranks x two mini-batches)."""
-    return collate(pad_to_multiple(rollouts(tiny_model(seed=1), num_prompts=4, per_prompt=2), 8, pad_token_id=PAD), PAD)
+def rank_batch(model_type: str = "qwen3_moe") -> TrainBatch:
+    """Eight rollouts of another model of the family (seed 1: their routing differs from the policy's), padded to a
+    multiple of 8 (two ranks x two mini-batches)."""
+    samples = rollouts(tiny_model(seed=1, model_type=model_type), num_prompts=4, per_prompt=2)
+    return collate(pad_to_multiple(samples, 8, pad_token_id=PAD), PAD)
 
 
-def rank_spec(tmp_path: Path, algorithm: AlgorithmConfig, optim: OptimConfig, **loop: object) -> StepSpec:
-    """What rank processes build from: `tiny_model()` saved under `tmp_path/ckpt` (once), 2 mini-batches a step."""
+def rank_spec(
+    tmp_path: Path, algorithm: AlgorithmConfig, optim: OptimConfig, model_type: str = "qwen3_moe", **loop: object
+) -> StepSpec:
+    """What rank processes build from: `tiny_model()` of the family saved under `tmp_path/ckpt` (once), 2
+    mini-batches a step."""
     ckpt = tmp_path / "ckpt"
     if not ckpt.exists():
-        save_pretrained(tiny_model(), ckpt)
+        save_pretrained(tiny_model(model_type=model_type), ckpt)
     cfg = TrainLoopConfig(**{"mini_batches_per_step": 2, "micro_batch_tokens": 30, "mismatch_sample_seqs": 2, **loop})
     return StepSpec(str(ckpt), algorithm, cfg, optim, max_new_tokens=MAX_NEW, temperature=1.0, seed=0, total_steps=8)

@@ -4,9 +4,13 @@ imports it); `build()` and `build_rank()` import torch. Where each kind runs its
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+
+from trainers.backend.megatron.support import FAMILIES as MEGATRON_FAMILIES
 
 if TYPE_CHECKING:
     import torch
@@ -81,6 +85,11 @@ class TorchBackendConfig:
         family moe_models defines."""
         return ""
 
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        """Why this backend cannot train the checkpoint in `checkpoint_dir` (read without torch), or "": it trains
+        whatever our loader loads."""
+        return ""
+
     device: Literal["auto", "cpu", "cuda"] = _help("where the policy trains (auto: cuda when available)", "auto")
     compute_dtype: Literal["float32", "bfloat16"] = _help(
         "dtype of the forward and backward (bfloat16: torch autocast; the weights and AdamW stay fp32, log-probs are "
@@ -150,6 +159,10 @@ class VeOmniBackendConfig:
     def unsupported_family(self, family: str) -> str:
         return veomni_family_refusal(family)
 
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        """The family refusal, for the model_type of the checkpoint's config.json."""
+        return _family_refusal("veomni", _model_type(checkpoint_dir), self.families)
+
     def check_installed(self) -> None:
         from trainers.backend.veomni.install import check_installed
 
@@ -191,7 +204,7 @@ class MegatronBackendConfig:
 
     kind: Literal["megatron"] = "megatron"
     ranks: int = _help(RANKS_HELP, 2)
-    families: ClassVar[tuple[str, ...]] = ("qwen3_moe",)  # the families our GPTModel build and mapping cover
+    families: ClassVar[tuple[str, ...]] = MEGATRON_FAMILIES  # the families our GPTModel builds and mappings cover
     expert_parallel: int = _help(
         "ranks the experts are split over (must divide ranks and the expert count; 1: every rank holds all)", 2
     )
@@ -208,6 +221,13 @@ class MegatronBackendConfig:
 
     def unsupported_family(self, family: str) -> str:
         return _family_refusal("megatron", family, self.families)
+
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        """Why the Megatron build refuses the checkpoint's config.json (its family, or a setting transformers and
+        Megatron-Core compute differently: `trainers.backend.megatron.support`), or ""."""
+        from trainers.backend.megatron.support import unsupported_checkpoint
+
+        return unsupported_checkpoint(checkpoint_dir)
 
     def check_installed(self) -> None:
         from trainers.backend.megatron.install import check_installed
@@ -271,6 +291,13 @@ def _family_refusal(kind: str, family: str, served: tuple[str, ...], reason: str
     return f"backend.kind {kind} builds and maps {list(served)} models only, got a {family} model{because}"
 
 
+def _model_type(checkpoint_dir: str) -> str:
+    config_file = Path(checkpoint_dir) / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"backend: expected a checkpoint directory with config.json, got {checkpoint_dir}")
+    return str(json.loads(config_file.read_text()).get("model_type"))
+
+
 def _positive_ints(cfg: object, *names: str) -> None:
     for name in names:
         value = getattr(cfg, name)
@@ -280,8 +307,9 @@ def _positive_ints(cfg: object, *names: str) -> None:
 
 class RankedBackendConfig(Protocol):
     """A backend whose ranks are processes of their own (`trainers.backend.rank_group.RankGroup`): the driver calls
-    `check_installed()` before it spawns them, each rank calls `build_rank` after joining the process group (with
-    the run's `StepSpec` fields; `reference`: the algorithm needs a frozen copy of the base weights)."""
+    `check_installed()` and `unsupported_checkpoint(checkpoint_dir)` (a refusal's reason, or "") before it spawns
+    them, each rank calls `build_rank` after joining the process group (with the run's `StepSpec` fields;
+    `reference`: the algorithm needs a frozen copy of the base weights)."""
 
     kind: str
     ranks: int
@@ -289,6 +317,8 @@ class RankedBackendConfig(Protocol):
     torch_threads: int
 
     def check_installed(self) -> None: ...
+
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str: ...
 
     def build_rank(
         self,

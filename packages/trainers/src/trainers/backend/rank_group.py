@@ -54,8 +54,12 @@ class RankGroup:
 
     @classmethod
     def start(cls, cfg: RankedBackendConfig, spec: StepSpec) -> RankGroup:
-        """Spawns the ranks and waits until each has built its backend (or raises the first rank's error)."""
+        """Spawns the ranks and waits until each has built its backend (or raises the first rank's error); a
+        checkpoint the backend refuses is refused before any rank starts."""
         cfg.check_installed()
+        refused = cfg.unsupported_checkpoint(spec.checkpoint_dir)
+        if refused:
+            raise ValueError(refused)
         ctx = mp.get_context("spawn")
         port = _free_port()
         processes, conns = [], []

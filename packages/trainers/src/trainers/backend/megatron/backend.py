@@ -1,4 +1,5 @@
-"""MegatronBackend: Megatron-Core's `GPTModel` built from our checkpoint, on one rank of a torch.distributed group
+"""MegatronBackend: Megatron-Core's `GPTModel` built from our checkpoint (Qwen3-MoE, or DeepSeek-V3 with multi-latent
+attention: `family_build`, chosen by the checkpoint's model_type), on one rank of a torch.distributed group
 (experts split over the expert-parallel group, the rest replicated), with AdamW, the global grad-norm clip of
 `grads`, router replay through Megatron's hook, and weights and checkpoints in our names and layout. Compute only,
 like `TorchBackend`: what a step does is `trainers.step`'s, run on every rank with the same batch.
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from megatron.core import parallel_state
-from moe_models import RouterReplay, load_pretrained
+from moe_models import RouterReplay, hf_state_dict, load_pretrained
 from moe_models.log_probs import next_token_log_probs
 
 from trainers.algorithm.loss_io import LossOutputs
@@ -25,7 +26,8 @@ from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel
 from trainers.backend.megatron import grads
 from trainers.backend.megatron.checkpoint import MegatronState
-from trainers.backend.megatron.gpt import build_gpt, gpt_logits, shape_of
+from trainers.backend.megatron.family_build import family_build
+from trainers.backend.megatron.gpt import gpt_logits
 from trainers.backend.megatron.replay import install_row_replay, replaying
 from trainers.backend.optimised_module import OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
@@ -79,18 +81,19 @@ class MegatronBackend(OptimisedModule):
         self._device = torch.device(device) if data_parallel is None else data_parallel.device
         init_parallel(world, expert_parallel, self._device, seed)
         base = load_pretrained(checkpoint_dir)
-        self.config, hf = base.config, base.state_dict()
+        self.config, hf = base.config, hf_state_dict(base)
         ep_rank = parallel_state.get_expert_model_parallel_rank()
-        self.shape = shape_of(self.config, ep_size=expert_parallel, ep_rank=ep_rank)
-        model = build_gpt(self.config, hf, ep_size=expert_parallel, ep_rank=ep_rank).to(self._device)
+        self.build = family_build(self.config, ep_size=expert_parallel, ep_rank=ep_rank)
+        model = self.build.model(hf).to(self._device)
         super().__init__(model.train(), optim, total_steps=total_steps)
         self.temperature = temperature
         self.replays = install_row_replay(model)
-        self.checkpoint = MegatronState(self.shape, [n for n, _ in base.named_parameters()])
+        state_names = [n for n in base.state_dict() if n != "lm_head.weight" or not self.config.tie_word_embeddings]
+        self.checkpoint = MegatronState(self.build, [n for n, _ in base.named_parameters()], state_names)
         self.reference: torch.nn.Module | None = None
         self.reference_replays: list = []
         if reference:
-            self.reference = build_gpt(self.config, hf, ep_size=expert_parallel, ep_rank=ep_rank).to(self._device)
+            self.reference = self.build.model(hf).to(self._device)
             self.reference.eval().requires_grad_(False)
             self.reference_replays = install_row_replay(self.reference)
         named = list(model.named_parameters())
@@ -154,7 +157,7 @@ class MegatronBackend(OptimisedModule):
             if parallel_state.get_expert_data_parallel_world_size() > 1:
                 grads.sum_grads(self._experts, parallel_state.get_expert_data_parallel_group())
         expert_sq = grads.squared_norm(self._experts, self._device)
-        if self.shape.ep_size > 1:
+        if self.build.ep_size > 1:
             dist.all_reduce(expert_sq, group=parallel_state.get_expert_model_parallel_group())
         norm = (grads.squared_norm(self._dense, self._device) + expert_sq).sqrt()
         grads.clip_(self._dense + self._experts, norm, self.grad_clip)
@@ -166,9 +169,10 @@ class MegatronBackend(OptimisedModule):
 
     # ------------------------------------------------------------------ weights and checkpoints
     def export_weights(self) -> tuple[dict[str, torch.Tensor], int]:
-        """Our full weights (experts all-gathered over the expert-parallel group) by our names and in our layout, CPU
+        """Our model's full state dict (weights with the experts all-gathered over the expert-parallel group, and
+        persistent buffers such as DeepSeek-V3's `e_score_correction_bias`) by our names and in our layout, CPU
         float32, on every rank (a collective: every rank calls it)."""
-        return self.checkpoint.to_ours(dict(self.model.named_parameters())), self._version
+        return self.checkpoint.export(self.model), self._version
 
     def state_dict(self) -> BackendState:
         """`TorchBackend`'s format (our parameter names and order): weights, AdamW moments and step counts, this

@@ -1,9 +1,10 @@
 """The Megatron backend's weights and AdamW state in our names and layout (`TorchBackend`'s `BackendState` format),
 so a checkpoint does not depend on how the experts were split, and the engines get the weights they load.
 
-AdamW's moments have their weight's shape, so they convert as weights do (`convert.megatron_to_hf` after the
-experts are all-gathered over the expert-parallel group; `convert.hf_to_megatron` back, this rank's experts only).
-Every weight steps every time (`grads.fill_missing_grads`), so one step count stands for all of them.
+Weights convert by the family's `FamilyBuild` (after the experts are all-gathered over the expert-parallel group;
+back, this rank's experts only). The model's persistent buffers (DeepSeek-V3's router `e_score_correction_bias`)
+travel with the weights, as in our model's state dict; AdamW's moments have their weight's shape, so they convert as
+the weights do. Every weight steps every time (`grads.fill_missing_grads`), so one step count stands for all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from torch import nn
 
-from trainers.backend.megatron.convert import Shape, hf_to_megatron, megatron_to_hf
+from trainers.backend.megatron.family_build import FamilyBuild
 from trainers.backend.megatron.grads import is_expert
 from trainers.backend.optimised_module import RNG_KEY
 from trainers.backend.state import BackendState
@@ -23,28 +24,40 @@ from trainers.backend.state import BackendState
 MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
+def persistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's buffers that its state dict carries (Megatron's router `expert_bias`, not its token counter)."""
+    kept = set(model.state_dict(keep_vars=True))
+    return {name: b for name, b in model.named_buffers() if name in kept}
+
+
 class MegatronState:
-    """`shape`: this rank's conversion shape; `names`: our model's parameter names in order (the optimiser index
-    of each, as `TorchBackend` numbers them)."""
+    """`build`: this rank's family build; `names`: our model's parameter names in order (the optimiser index of
+    each, as `TorchBackend` numbers them); `state_names`: our model's state-dict names (parameters and persistent
+    buffers, the tied lm_head alias aside)."""
 
-    def __init__(self, shape: Shape, names: list[str]) -> None:
-        self.shape, self.names = shape, names
+    def __init__(self, build: FamilyBuild, names: list[str], state_names: list[str]) -> None:
+        self.build, self.names, self.state_names = build, names, state_names
 
-    def to_ours(self, local: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Our full tensors from this rank's Megatron-named ones (a collective over the expert-parallel group)."""
+    def to_ours(self, local: Mapping[str, torch.Tensor], *, buffers: bool = False) -> dict[str, torch.Tensor]:
+        """Our full tensors (`state_names` with `buffers`, else `names`) from this rank's Megatron-named ones (a
+        collective over the expert-parallel group)."""
         host = {k: v.detach().to("cpu", copy=True) for k, v in local.items()}
         experts = {k: v for k, v in host.items() if is_expert(k)}
         parts: list[dict[str, torch.Tensor]] = [experts]
-        if self.shape.ep_size > 1:
-            parts = [{} for _ in range(self.shape.ep_size)]
+        if self.build.ep_size > 1:
+            parts = [{} for _ in range(self.build.ep_size)]
             dist.all_gather_object(parts, experts, group=parallel_state.get_expert_model_parallel_group())
         ranks = [{**host, **part} for part in parts]  # dense from this rank: replicated
-        ours = megatron_to_hf(ranks, self.shape)
-        return {name: ours[name].contiguous() for name in self.names}
+        ours = self.build.to_ours(ranks, buffers=buffers)
+        return {name: ours[name].contiguous() for name in (self.state_names if buffers else self.names)}
+
+    def export(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Our model's full state dict (parameters and persistent buffers) from this rank's model (a collective)."""
+        return self.to_ours({**dict(model.named_parameters()), **persistent_buffers(model)}, buffers=True)
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, version: int) -> BackendState:
         named = dict(model.named_parameters())
-        tensors = {f"model.{k}": v for k, v in self.to_ours(named).items()}
+        tensors = {f"model.{k}": v for k, v in self.export(model).items()}
         states = [optimizer.state.get(p, {}) for p in named.values()]
         stepped = bool(states) and all("step" in s for s in states)
         if stepped:
@@ -75,14 +88,20 @@ class MegatronState:
                 f"{RNG_KEY in state.tensors} and {len(state.optimizer_groups)} groups"
             )
         named = dict(model.named_parameters())
-        weights = self._local({n: state.tensors[f"model.{n}"] for n in self.names})
+        targets = {**named, **persistent_buffers(model)}
+        missing = [n for n in self.state_names if f"model.{n}" not in state.tensors]
+        if missing:
+            raise ValueError(f"load_state_dict: expected every weight and buffer of ours, got none for {missing[:3]}")
+        weights = self.build.to_megatron({n: state.tensors[f"model.{n}"] for n in self.state_names}, buffers=True)
         with torch.no_grad():
-            for name, p in named.items():
-                p.copy_(weights[name])
+            for name, target in targets.items():
+                target.copy_(weights[name])
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         if f"optim.0.{MOMENTS[0]}" in state.tensors:
             moments = {
-                key: self._local({n: state.tensors[f"optim.{i}.{key}"] for i, n in enumerate(self.names)})
+                key: self.build.to_megatron(
+                    {n: state.tensors[f"optim.{i}.{key}"] for i, n in enumerate(self.names)}, buffers=False
+                )
                 for key in MOMENTS
             }
             step = state.tensors["optim.0.step"]
@@ -93,6 +112,3 @@ class MegatronState:
         group["params"] = list(range(len(named)))
         optimizer.load_state_dict({"state": per_param, "param_groups": [group]})
         torch.set_rng_state(state.tensors[RNG_KEY])
-
-    def _local(self, ours: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return hf_to_megatron(ours, self.shape)

@@ -1,9 +1,10 @@
 """Our Qwen3-MoE config as a Megatron-Core `GPTModel` (local layer spec: plain torch modules, no Transformer
 Engine), its weights from our HF state dict, and its logits for a right-padded batch.
 
-Supported: every layer MoE (`mlp_only_layers` empty, `decoder_sparse_step` 1), untied embeddings, top-k softmax
-routing with renormalised weights (Megatron's softmax after top-k on the logits is the same function), tensor
-parallel 1, expert parallel dividing the experts. Anything else raises at build time.
+Supported (`support.check_qwen3`): every layer MoE (`mlp_only_layers` empty, `decoder_sparse_step` 1), untied
+embeddings, top-k softmax routing with renormalised weights (Megatron's softmax after top-k on the logits is the same
+function), default RoPE with a whole-number base; tensor parallel 1, expert parallel dividing the experts. Anything
+else raises at build time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from moe_models import MoEConfig
 
 from trainers.backend.megatron import compat
 from trainers.backend.megatron.convert import Shape, hf_to_megatron
+from trainers.backend.megatron.support import check_qwen3
 
 
 def shape_of(cfg: MoEConfig, *, ep_size: int = 1, ep_rank: int = 0) -> Shape:
@@ -34,12 +36,7 @@ def shape_of(cfg: MoEConfig, *, ep_size: int = 1, ep_rank: int = 0) -> Shape:
 
 
 def transformer_config(cfg: MoEConfig) -> TransformerConfig:
-    if cfg.mlp_only_layers or cfg.decoder_sparse_step != 1 or cfg.tie_word_embeddings or not cfg.norm_topk_prob:
-        raise ValueError(
-            "megatron backend: expected every layer MoE, untied embeddings and norm_topk_prob; got "
-            f"mlp_only_layers={cfg.mlp_only_layers}, decoder_sparse_step={cfg.decoder_sparse_step}, "
-            f"tie_word_embeddings={cfg.tie_word_embeddings}, norm_topk_prob={cfg.norm_topk_prob}"
-        )
+    check_qwen3(cfg.to_hf_dict())
     tc = TransformerConfig(
         num_layers=cfg.num_hidden_layers,
         hidden_size=cfg.hidden_size,
