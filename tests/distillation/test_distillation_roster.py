@@ -17,6 +17,7 @@ from distillation.teacher_set import TeacherSet
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
 from rl_rollout.samples import GenRequest
 from rl_tasks.example import TaskExample
+from rl_tasks.model_config import ModelConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
@@ -128,9 +129,13 @@ def test_a_named_teacher_for_a_source_the_task_lacks_is_refused_before_any_teach
     cfg = TeacherConfig(checkpoint=str(where), sources=(f"sort={where}", f"additon={where}"))
     task = ToyTaskConfig(train_size=40, val_size=8).build()
     with pytest.raises(ValueError, match=r"data sources of the task \['addition', 'sort'\], got \['additon'\]"):
-        ensure_roster(cfg, task, WarmupConfig(), tmp_path / "cache")
+        ensure_roster(cfg, task, WarmupConfig(), ModelConfig(), tmp_path / "cache")
     roster = ensure_roster(
-        TeacherConfig(checkpoint=str(where), sources=(f"sort={where}",)), task, WarmupConfig(), tmp_path / "cache"
+        TeacherConfig(checkpoint=str(where), sources=(f"sort={where}",)),
+        task,
+        WarmupConfig(),
+        ModelConfig(),
+        tmp_path / "cache",
     )
     assert roster.key_of("sort") == "sort" and roster.key_of("addition") == DEFAULT_TEACHER
     assert not (tmp_path / "cache").exists()  # a given default teacher: nothing built

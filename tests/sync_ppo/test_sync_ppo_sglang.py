@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def test_two_steps_with_sglang_push_weights_and_replay_its_routing(
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
-    base = prepare_run(tiny_config(tmp_path / "probe")).base.checkpoint_dir
+    base = prepare_run(tiny_config(tmp_path / "probe")).base_dir
     shape = ModelShape.from_hf_config(base)
     assert shape.routing_spec is not None
     spec = shape.routing_spec

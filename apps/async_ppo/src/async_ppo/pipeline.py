@@ -143,7 +143,7 @@ def _open(setup: RunSetup, cfg: AsyncConfig) -> Pipeline:
     """The pipeline over a Ray session of its own (the teachers of distillation checked before Ray starts)."""
     roster = None
     if cfg.algorithm.kind == "opd":  # built (or read from its cache) and checked before Ray starts
-        roster = ensure_roster(cfg.teacher, setup.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())
+        roster = ensure_roster(cfg.teacher, setup.task, cfg.warmup, cfg.model, Path(cfg.run.warmup_cache).resolve())
         check_roster(cfg.teacher, roster, setup.tokenizer, setup.max_len)
     session = RaySession.open(cfg.ray, extra_cpus=pool_cpus(cfg.teacher, len(roster.items())) if roster else 0.0)
     exit_on_sigterm()  # again: ray.init installs its own SIGTERM handler, which skips every cleanup below

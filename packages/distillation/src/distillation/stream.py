@@ -30,6 +30,7 @@ from distillation.teacher_set import TeacherSet
 
 if TYPE_CHECKING:
     from moe_models import CharTokenizer, ChatTokenizer
+    from rl_tasks.model_config import ModelConfig
     from rl_tasks.task import Task
     from rl_tasks.warmup import WarmupConfig
 
@@ -99,6 +100,7 @@ async def build_teachers(
     *,
     task: Task,
     student_warmup: WarmupConfig,
+    student_model: ModelConfig,
     warmup_cache: Path,
     tokenizer: ChatTokenizer | CharTokenizer,
     max_len: int,
@@ -108,7 +110,7 @@ async def build_teachers(
     `warmup_cache`, as the student's base is) and the named ones, checked against the student's tokenizer and
     `max_len` (`distillation.teacher.check_teacher`) before their engines start; each engine's files go under
     `run_root/teacher/<label>`."""
-    roster = ensure_roster(cfg, task, student_warmup, warmup_cache)
+    roster = ensure_roster(cfg, task, student_warmup, student_model, warmup_cache)
     check_roster(cfg, roster, tokenizer, max_len)
     engines: dict[str, TeacherEngine] = {}
     try:

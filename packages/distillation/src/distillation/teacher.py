@@ -6,7 +6,8 @@ source's named teacher, and by the default teacher when its source names none (a
 the default one). `TeacherRoster` is that choice: `key_of(source)` gives the teacher key (the source, or
 `DEFAULT_TEACHER`).
 
-The default teacher is a larger model (`teacher.model_preset`) given a longer supervised warm-up on the run's task
+The default teacher is a model of the student's family at `teacher.model_preset` given a longer supervised warm-up on
+the run's task
 (`teacher.warmup_steps`), cached like the student's base (`rl_tasks.warmup.ensure_base_checkpoint`: same key scheme,
 same atomic build), so the first run builds it and later runs reuse it.
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rl_tasks.model_config import ModelConfig
 from rl_tasks.model_presets import model_preset_names
 from rl_tasks.warmup import WarmupConfig, WarmupResult, ensure_base_checkpoint
 
@@ -99,8 +101,13 @@ class TeacherConfig:
         return out
 
     def warmup(self, student: WarmupConfig) -> WarmupConfig:
-        """The default teacher's warm-up: the student's, longer and on the teacher's preset."""
-        return dataclasses.replace(student, steps=self.warmup_steps, model_preset=self.model_preset)
+        """The default teacher's warm-up: the student's, longer."""
+        return dataclasses.replace(student, steps=self.warmup_steps)
+
+    def model(self, student: ModelConfig) -> ModelConfig:
+        """The default teacher's model: the student's family at the teacher's preset (built by the warm-up with the
+        task's tokenizer, so a student brought by `model.path` needs `teacher.checkpoint`: see RecipeConfig)."""
+        return ModelConfig(family=student.family, preset=self.model_preset)
 
 
 def check_temperature(teacher: TeacherConfig, rollout_temperature: float) -> None:
@@ -142,14 +149,18 @@ class TeacherRoster:
         return key or "default"
 
 
-def ensure_teacher(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, cache_root: Path) -> TeacherCheckpoint:
+def ensure_teacher(
+    cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, student_model: ModelConfig, cache_root: Path
+) -> TeacherCheckpoint:
     if cfg.checkpoint:
         return TeacherCheckpoint(Path(cfg.checkpoint).resolve(), None, None)
-    built = ensure_base_checkpoint(task, cfg.warmup(student_warmup), cache_root)
+    built = ensure_base_checkpoint(task, cfg.warmup(student_warmup), cache_root, cfg.model(student_model))
     return TeacherCheckpoint(built.checkpoint_dir, built.val_accuracy, built)
 
 
-def ensure_roster(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, cache_root: Path) -> TeacherRoster:
+def ensure_roster(
+    cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, student_model: ModelConfig, cache_root: Path
+) -> TeacherRoster:
     """The default teacher (given, or the cached default built on first use) and the named ones; raises ValueError
     when a named data source is not one of the task's."""
     named = cfg.named()
@@ -157,7 +168,7 @@ def ensure_roster(cfg: TeacherConfig, task: Task, student_warmup: WarmupConfig, 
     unknown = sorted(set(named) - sources)
     if unknown:
         raise ValueError(f"teacher.sources: expected data sources of the task {sorted(sources)}, got {unknown}")
-    default = ensure_teacher(cfg, task, student_warmup, cache_root)
+    default = ensure_teacher(cfg, task, student_warmup, student_model, cache_root)
     return TeacherRoster(default, {k: TeacherCheckpoint(v, None, None) for k, v in named.items()})
 
 

@@ -138,7 +138,14 @@ class RecipeConfig:
         """Every component that will serve or train the model (or the teacher) must serve its family."""
         family = self.model.resolved_family()
         reasons = [self.backend.unsupported_family(family), self.rollout.engine.unsupported_family(family)]
+        if self.model.path:  # settings of the checkpoint a backend cannot compute (read from its config.json)
+            reasons.append(self.backend.unsupported_checkpoint(self.model.path))
         if self.algorithm.kind == "opd":
+            if self.model.path and not self.teacher.checkpoint:
+                raise ValueError(
+                    "teacher.checkpoint: with model.path the default teacher (warmed up with the task's tokenizer) "
+                    "cannot share the checkpoint's tokenizer; expected a teacher.checkpoint with it"
+                )
             teacher = checkpoint_family(Path(self.teacher.checkpoint)) if self.teacher.checkpoint else family
             reasons.append(self.teacher.engine.unsupported_family(teacher))
         refused = [r for r in reasons if r]

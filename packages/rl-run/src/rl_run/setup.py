@@ -98,10 +98,11 @@ def check_lengths(cfg: RecipeConfig, task: Task) -> tuple[int, int]:
     max_len = longest_prompt + response_budget(task, max_new, renderer)
     model = base_model_config(cfg, task, renderer)
     if max_len > model.max_position_embeddings:
+        which = cfg.model.path or f"model.preset {cfg.model.preset}"
         raise ValueError(
             f"rollout.max_new_tokens {max_new}: the longest prompt ({longest_prompt} tokens) plus the response budget "
             f"({max_len - longest_prompt} tokens) needs {max_len} positions; expected at most the model's "
-            f"max_position_embeddings {model.max_position_embeddings} ({cfg.model.path or f'model.preset {cfg.model.preset}'})"
+            f"max_position_embeddings {model.max_position_embeddings} ({which})"
         )
     return max_new, max_len
 

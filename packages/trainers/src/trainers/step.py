@@ -126,9 +126,7 @@ def _no_replay_sample(
     return log_prob_mismatch(lp, sub.rollout_log_probs, same, "mismatch/no_replay"), sub
 
 
-def _sample_replay(
-    sub: TrainBatch, rows: list[int], replayed: torch.Tensor, version: int
-) -> dict[str, torch.Tensor]:
+def _sample_replay(sub: TrainBatch, rows: list[int], replayed: torch.Tensor, version: int) -> dict[str, torch.Tensor]:
     """The same sample's mismatch with replay, for a like-for-like comparison (mismatch/replay covers the whole
     batch), from the pre-update replayed log-probs of the whole batch `replayed` `[B, T-1]`."""
     lp = replayed[rows, : sub.rollout_log_probs.shape[1]]

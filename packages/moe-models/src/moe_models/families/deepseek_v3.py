@@ -71,7 +71,9 @@ class DeepseekV3(Family):
         kwargs.setdefault("rope_interleave", True)  # transformers' default for this family
         kwargs["head_dim"] = kwargs.get("qk_rope_head_dim", kwargs.get("head_dim"))
         shared = int(data.get("n_shared_experts") or 0)
-        kwargs["shared_expert_intermediate_size"] = shared * int(data["moe_intermediate_size"])
+        if shared and data.get("moe_intermediate_size") is None:
+            raise ValueError(f"{self.name}: config.json has n_shared_experts {shared} but no moe_intermediate_size")
+        kwargs["shared_expert_intermediate_size"] = shared * int(data.get("moe_intermediate_size") or 0)
         return kwargs
 
     def to_hf(self, config: MoEConfig) -> dict[str, Any]:
