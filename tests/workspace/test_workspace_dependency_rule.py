@@ -264,7 +264,9 @@ def requirement_names(requirements: Iterable[str]) -> frozenset[str]:
 
 def imports_of(package: Path) -> dict[str, frozenset[str]]:
     """Top-level modules the sources under `package` import, anywhere in a file (function bodies and
-    `if TYPE_CHECKING:` blocks included), without the package itself, the standard library and relative imports."""
+    `if TYPE_CHECKING:` blocks included), without the package itself, the standard library, relative imports and
+    sibling modules (`<name>.py` next to the importing file: the vLLM worker extension's folder is put on vLLM's
+    PYTHONPATH, so its files import each other by top-level name)."""
     found: dict[str, set[str]] = {}
     for path in sorted(package.rglob("*.py")):
         where = path.relative_to(package.parent).as_posix()
@@ -277,7 +279,8 @@ def imports_of(package: Path) -> dict[str, frozenset[str]]:
                 continue
             for module in modules:
                 top = module.partition(".")[0]
-                if top != package.name and top not in sys.stdlib_module_names:
+                sibling = (path.parent / f"{top}.py").exists()
+                if top != package.name and top not in sys.stdlib_module_names and not sibling:
                     found.setdefault(top, set()).add(where)
     return {k: frozenset(v) for k, v in found.items()}
 

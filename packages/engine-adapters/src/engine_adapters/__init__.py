@@ -7,5 +7,7 @@ importing the package itself imports nothing (`engine_adapters.engine_config` is
 - `engine_adapters.vllm.rollout_engine`, `engine_adapters.sglang.rollout_engine`: the adapters as rollout engines
   (a vLLM server they start and own; a push written as an HF folder by the site's `FolderWriter`) and their
   sections, `engine_adapters.engine_config`;
-- `engine_adapters.routing_rows`: routed-expert payload decoding and the N-1 normalisation both use.
+- `engine_adapters.routing_rows`: routed-expert payload decoding and the N-1 normalisation both use;
+- `engine_adapters.vllm_families`: the model families the vLLM adapter serves on CPU and their server arguments
+  (standard library only, for checks at parse time).
 """

@@ -26,6 +26,7 @@ from engine_adapters.engine_config import VLLMEngineConfig
 from engine_adapters.vllm import server_guard
 from engine_adapters.vllm.engine import VLLMEngine
 from engine_adapters.vllm.server import VLLMServer, VLLMServerConfig, VLLMServerError, default_python, free_port
+from engine_adapters.vllm_families import read_model_type
 
 VLLM_LOG_NAME = "vllm-server.log"
 VLLM_MAX_NUM_SEQS = 256  # cap of vLLM's max_num_seqs: requests beyond it wait in vLLM's scheduler queue
@@ -33,10 +34,12 @@ SERVER_GUARD = Path(server_guard.__file__).resolve()  # run by vLLM's interprete
 
 
 def vllm_server_config(cfg: VLLMEngineConfig, site: RolloutSite) -> VLLMServerConfig:
-    """The server to launch (`cfg.python` empty: `.vllm-env/bin/python` found from the working directory)."""
+    """The server to launch (`cfg.python` empty: `.vllm-env/bin/python` found from the working directory), with the
+    server arguments of the checkpoint's model family (its config.json `model_type`, `vllm_families`)."""
     python = Path(cfg.python) if cfg.python else default_python()
     return VLLMServerConfig(
         model=site.checkpoint_dir,
+        model_type=read_model_type(site.checkpoint_dir),
         python=python,
         max_model_len=site.max_len,
         max_num_seqs=min(cfg.max_num_seqs, VLLM_MAX_NUM_SEQS),

