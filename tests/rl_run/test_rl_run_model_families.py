@@ -3,8 +3,11 @@ reason, before anything is built; the compiled-decode rule the config applies wi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from engine_adapters.engine_config import VLLM_FAMILIES, VLLMEngineConfig
+from engine_adapters.engine_config import VLLMEngineConfig
 from moe_models import FAMILY_NAMES, MoEConfig
 from native_engine.config import COMPILED_DECODE_FAMILIES, EngineConfig
 from native_engine.decode import decode_step_unsupported
@@ -35,10 +38,25 @@ def test_a_component_that_cannot_serve_the_family_is_refused_with_the_reason(
     assert family in str(refused.value)
 
 
-def test_vllm_is_refused_for_the_families_it_does_not_serve() -> None:
-    for family in set(FAMILY_NAMES) - set(VLLM_FAMILIES):
-        with pytest.raises(ValueError, match=r"rollout\.engine vllm"):
-            RecipeConfig(model=ModelConfig(family=family), rollout=RolloutConfig(engine=VLLMEngineConfig()))
+def test_vllm_serves_every_warm_up_family_but_deepseek_whose_presets_lack_the_cpu_mla_dims() -> None:
+    vllm = RolloutConfig(engine=VLLMEngineConfig())
+    for family in set(FAMILY_NAMES) - {"deepseek_v3"}:
+        RecipeConfig(model=ModelConfig(family=family), rollout=vllm)
+    with pytest.raises(ValueError, match=r"rollout\.engine vllm: vLLM's CPU MLA kernel needs"):
+        RecipeConfig(model=ModelConfig(family="deepseek_v3"), rollout=vllm)
+
+
+def test_a_checkpoint_is_judged_by_its_own_config(tmp_path: Path) -> None:
+    """A deepseek_v3 checkpoint with the MLA dims vLLM's CPU kernel compiles is served; one without is refused."""
+    config = MoEConfig.preset("tiny", vocab_size=8, model_type="deepseek_v3").to_hf_dict()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    vllm = RolloutConfig(engine=VLLMEngineConfig())
+    with pytest.raises(ValueError, match="kv_lora_rank"):
+        RecipeConfig(model=ModelConfig(path=str(tmp_path)), rollout=vllm)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "kv_lora_rank": 512, "qk_rope_head_dim": 64}))
+    RecipeConfig(model=ModelConfig(path=str(tmp_path)), rollout=vllm)
 
 
 def test_the_compiled_decode_families_are_those_the_decode_step_computes() -> None:

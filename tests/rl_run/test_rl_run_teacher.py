@@ -161,6 +161,7 @@ def test_a_vllm_teacher_below_temperature_1_fails_at_parse_time(tmp_path: Path) 
 @pytest.mark.parametrize(("top_k", "allowed"), [(0, "20"), (3, "20"), (64, "64")])
 def test_a_vllm_teacher_server_allows_the_top_k_it_is_asked_for(tmp_path: Path, top_k: int, allowed: str) -> None:
     # vLLM refuses prompt_logprobs above its --max-logprobs (default 20): the launched server is told top_k
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_moe"}')
     site = TeacherSite(str(tmp_path), 1.0, top_k, 64, str(tmp_path / "work"))
     command = teacher_server_config(VLLMTeacherEngineConfig(python="/nope/python"), site).command(port=1)
     assert command[command.index("--max-logprobs") + 1] == allowed and command[0] == "/nope/python"

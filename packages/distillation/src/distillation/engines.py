@@ -18,6 +18,7 @@ from pathlib import Path
 from engine_adapters.vllm import VLLMServer, VLLMServerConfig, default_python
 from engine_adapters.vllm.rollout_engine import start_healthy_vllm_server
 from engine_adapters.vllm.teacher import VLLMTeacher
+from engine_adapters.vllm_families import read_model_type
 from native_engine.scoring import ScoreRequest, TeacherScorer
 from rollout_core.teacher_scores import TeacherScores
 
@@ -59,6 +60,7 @@ def teacher_server_config(cfg: VLLMTeacherEngineConfig, site: TeacherSite) -> VL
     python = Path(cfg.python) if cfg.python else default_python()
     return VLLMServerConfig(
         model=site.checkpoint_dir,
+        model_type=read_model_type(site.checkpoint_dir),
         python=python,
         routing="none",
         max_model_len=site.max_len,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from engine_adapters.engine_config import VLLM_FAMILIES
+from engine_adapters.engine_config import vllm_checkpoint_refusal, vllm_family_refusal
 
 if TYPE_CHECKING:
     from rollout_core.teacher_scores import TeacherScores
@@ -82,10 +82,11 @@ class VLLMTeacherEngineConfig:
             raise ValueError(f"teacher.engine.startup_timeout_s: expected > 0, got {self.startup_timeout_s}")
 
     def unsupported_family(self, family: str) -> str:
-        """Why a vLLM teacher cannot serve a model of `family`, or "" (the vLLM adapter's `VLLM_FAMILIES`)."""
-        if family in VLLM_FAMILIES:
-            return ""
-        return f"teacher.engine vllm: the vLLM adapter serves {list(VLLM_FAMILIES)}, got a {family} teacher"
+        """Why a vLLM teacher cannot serve a warm-up model of `family`, or "" (the vLLM adapter's table)."""
+        return vllm_family_refusal("teacher.engine vllm", family)
+
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        return vllm_checkpoint_refusal("teacher.engine vllm", checkpoint_dir)
 
     async def build(self, site: TeacherSite) -> TeacherEngine:
         from distillation.engines import VLLMTeacherEngine

@@ -3,19 +3,43 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from engine_adapters.vllm_families import DEEPSEEK_V3_CPU_MLA_DIMS, VLLM_FAMILIES, check_vllm_cpu_config
 
 if TYPE_CHECKING:
     from rollout_core import RolloutEngine, RolloutSite
 
 
+def vllm_family_refusal(section: str, family: str) -> str:
+    """Why vLLM on CPU cannot serve a warm-up model of `family` (built at a size preset), or "": the adapter's
+    family table (`vllm_families`), and for DeepSeek-V3 the MLA dims vLLM's CPU kernel compiles, which the warm-up
+    presets do not have."""
+    entry = VLLM_FAMILIES.get(family)
+    if entry is None or not entry.served_on_cpu:
+        return f"{section}: {entry.reason if entry else 'not a family the adapter knows'} (got a {family} model)"
+    if family == "deepseek_v3":
+        return (
+            f"{section}: vLLM's CPU MLA kernel needs {dict(DEEPSEEK_V3_CPU_MLA_DIMS)}, which the deepseek_v3 warm-up "
+            "presets do not have; bring such a checkpoint with model.path"
+        )
+    return ""
+
+
+def vllm_checkpoint_refusal(section: str, checkpoint_dir: str) -> str:
+    """Why vLLM on CPU cannot serve the checkpoint in `checkpoint_dir` (`check_vllm_cpu_config`), or ""."""
+    try:
+        check_vllm_cpu_config(json.loads((Path(checkpoint_dir) / "config.json").read_text()))
+    except (ValueError, OSError) as e:
+        return f"{section}: {e}"
+    return ""
+
+
 def _help(text: str, default: object) -> object:
     return field(default=default, metadata={"help": text})
-
-
-VLLM_FAMILIES = ("qwen3_moe",)  # the families the vLLM adapter's tests run against a real vllm-cpu server
 
 
 @dataclass
@@ -33,10 +57,12 @@ class VLLMEngineConfig:
     startup_timeout_s: float = _help("seconds to wait for the server to become healthy", 600.0)
 
     def unsupported_family(self, family: str) -> str:
-        """Why the vLLM adapter cannot serve a model of `family` on this setup, or "" (`VLLM_FAMILIES`)."""
-        if family in VLLM_FAMILIES:
-            return ""
-        return f"rollout.engine vllm: the adapter serves {list(VLLM_FAMILIES)}, got a {family} model"
+        """Why the vLLM adapter cannot serve a warm-up model of `family`, or "" (`vllm_families`)."""
+        return vllm_family_refusal("rollout.engine vllm", family)
+
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        """Why the vLLM adapter cannot serve the checkpoint in `checkpoint_dir` (its config.json), or ""."""
+        return vllm_checkpoint_refusal("rollout.engine vllm", checkpoint_dir)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or not self.startup_timeout_s > 0:

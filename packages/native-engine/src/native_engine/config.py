@@ -7,8 +7,10 @@ to `NativeEngine` beside the config, not kept in it.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -133,6 +135,11 @@ class EngineConfig:
                 f"got a {family} model"
             )
         return ""
+
+    def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
+        """`unsupported_family` of the checkpoint's family (its config.json `model_type`)."""
+        data = json.loads((Path(checkpoint_dir) / "config.json").read_text())
+        return self.unsupported_family(str(data.get("model_type")))
 
     @property
     def admitted_together(self) -> int:

@@ -13,7 +13,6 @@ cannot lift it within minutes; enable it with `--task.addition_weight 0.5`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from distillation.teacher import TeacherConfig, check_temperature
@@ -22,7 +21,7 @@ from rl_rollout.engine_config import RolloutEngineConfig
 from rl_rollout.validation_config import ValidationConfig
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
-from rl_tasks.model_config import ModelConfig, checkpoint_family
+from rl_tasks.model_config import ModelConfig
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rl_tasks.warmup import WarmupConfig
@@ -136,18 +135,26 @@ class RecipeConfig:
 
     def _check_family(self) -> None:
         """Every component that will serve or train the model (or the teacher) must serve its family."""
-        family = self.model.resolved_family()
-        reasons = [self.backend.unsupported_family(family), self.rollout.engine.unsupported_family(family)]
-        if self.model.path:  # settings of the checkpoint a backend cannot compute (read from its config.json)
-            reasons.append(self.backend.unsupported_checkpoint(self.model.path))
+        family, path = self.model.resolved_family(), self.model.path
+        engine = self.rollout.engine
+        reasons = [
+            self.backend.unsupported_family(family),
+            # a checkpoint's own settings (its config.json), or a warm-up model's family at its presets
+            engine.unsupported_checkpoint(path) if path else engine.unsupported_family(family),
+        ]
+        if path:  # settings of the checkpoint a backend cannot compute
+            reasons.append(self.backend.unsupported_checkpoint(path))
         if self.algorithm.kind == "opd":
             if self.model.path and not self.teacher.checkpoint:
                 raise ValueError(
                     "teacher.checkpoint: with model.path the default teacher (warmed up with the task's tokenizer) "
                     "cannot share the checkpoint's tokenizer; expected a teacher.checkpoint with it"
                 )
-            teacher = checkpoint_family(Path(self.teacher.checkpoint)) if self.teacher.checkpoint else family
-            reasons.append(self.teacher.engine.unsupported_family(teacher))
+            teacher_engine = self.teacher.engine
+            if self.teacher.checkpoint:
+                reasons.append(teacher_engine.unsupported_checkpoint(self.teacher.checkpoint))
+            else:
+                reasons.append(teacher_engine.unsupported_family(family))
         refused = [r for r in reasons if r]
         if refused:
             raise ValueError("; ".join(refused))
