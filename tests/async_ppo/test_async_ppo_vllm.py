@@ -78,10 +78,11 @@ def warmup_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("warmup-cache")
 
 
-def _config(run_dir: Path, warmup_cache: Path, pause_mode: str) -> AsyncConfig:
+def _config(run_dir: Path, warmup_cache: Path, pause_mode: str, family: str = "qwen3_moe") -> AsyncConfig:
     ray_temp = tempfile.mkdtemp(prefix="apv_", dir="/tmp")  # unix socket paths under it must stay < 107 chars
     cfg, resume = parse([*TINY, "--run.dir", str(run_dir), "--run.warmup_cache", str(warmup_cache),
-                         "--ray.temp_dir", ray_temp, "--pipeline.pause_mode", pause_mode])  # fmt: skip
+                         "--ray.temp_dir", ray_temp, "--pipeline.pause_mode", pause_mode,
+                         "--model.family", family])  # fmt: skip
     assert not resume
     return cfg
 
@@ -121,13 +122,15 @@ def _check_record(r: DumpRecord, step: int) -> None:
 
 @pytest.mark.vllm
 @requires_vllm_env
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
 def test_vllm_rollouts_reach_the_trainer_with_token_versions_and_full_routing(
-    tmp_path: Path, warmup_cache: Path
+    tmp_path: Path, warmup_cache: Path, family: str
 ) -> None:
-    """The app's default pause mode (keep). Pause `abort` is pinned below on the engine alone, where the push is
-    timed to land mid-generation; in a short app run it rarely does."""
+    """The app's default pause mode (keep), on the default family and on GPT-OSS (sinks, alternating sliding
+    windows, biased router and experts: the family furthest from it). Pause `abort` is pinned below on the engine
+    alone, where the push is timed to land mid-generation; in a short app run it rarely does."""
     run_dir = tmp_path / "run"
-    cfg = _config(run_dir, warmup_cache, "keep")
+    cfg = _config(run_dir, warmup_cache, "keep", family)
     try:
         summary = train(cfg)
     finally:

@@ -21,6 +21,7 @@ for eager dispatch:
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 from collections.abc import Callable
@@ -183,6 +184,13 @@ def _compiled_graph(key: tuple) -> Callable[..., tuple[torch.Tensor, ...]]:
         return _COMPILED[key]
 
 
+@functools.lru_cache(maxsize=64)
+def _shapes(config: MoEConfig) -> MoEConfig:
+    """What the graph reads of a config: the token ids it never reads cleared, so models that differ only there share
+    a graph (cached: `replace` validates a whole config, a cost on every decode step)."""
+    return config.replace(bos_token_id=None, eos_token_id=None)
+
+
 def build_kernels(config: MoEConfig) -> None:
     """Builds and registers the C kernels the compiled step calls for this model shape (cached: cheap when done)."""
     attention_kernel.build(config.head_dim, config.num_attention_heads // config.num_key_value_heads)
@@ -228,10 +236,8 @@ def compiled_decode_forward(
     if fused:
         build_kernels(model.config)
     ctx = GraphContext(dims, weights, positions, slot_ids, key_index, cache.key_storage, cache.value_storage)
-    shapes = model.config.replace(bos_token_id=None, eos_token_id=None)  # what the graph reads
-    logits, new_keys, new_values, ids = _compiled_graph((shapes, cache.max_len, cache.dtype, dtype))(
-        model, ctx, input_ids
-    )
+    graph = _compiled_graph((_shapes(model.config), cache.max_len, cache.dtype, dtype))
+    logits, new_keys, new_values, ids = graph(model, ctx, input_ids)
     cache.write_tokens(slot_ids, positions, new_keys, new_values)
     cache.lengths.index_copy_(0, slot_ids, positions + 1)
     return logits, ids if capture_routing else None

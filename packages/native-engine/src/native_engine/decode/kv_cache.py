@@ -59,6 +59,6 @@ class KVCache:
         layers, _, kv_heads, max_len = self.key_storage.shape[:4]
         heads = torch.arange(kv_heads, device=self.device)
         rows = ((slot_ids[:, None] * kv_heads + heads) * max_len + positions[:, None]).view(-1)  # [S * KVH]
-        for storage, new in ((self.key_storage, new_keys), (self.value_storage, new_values)):
-            dim = storage.shape[-1]
-            storage.view(layers, -1, dim)[:, rows] = new.reshape(layers, -1, dim).to(self.dtype)
+        kd, vd = self.key_storage.shape[-1], self.value_storage.shape[-1]
+        self.key_storage.view(layers, -1, kd)[:, rows] = new_keys.reshape(layers, -1, kd).to(self.dtype)
+        self.value_storage.view(layers, -1, vd)[:, rows] = new_values.reshape(layers, -1, vd).to(self.dtype)
