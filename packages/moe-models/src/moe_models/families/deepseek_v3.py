@@ -52,8 +52,8 @@ class DeepseekV3(Family):
         hidden = size["hidden_size"]
         return {
             "num_key_value_heads": size["num_attention_heads"],
-            "q_lora_rank": hidden // 2,
-            "kv_lora_rank": hidden // 4,
+            "q_lora_rank": hidden,  # smaller latents left the tiny model too weak to learn the default task
+            "kv_lora_rank": hidden // 2,
             "qk_nope_head_dim": 32,
             "qk_rope_head_dim": 32,
             "v_head_dim": 32,
