@@ -1,5 +1,5 @@
 """Batched experts equal a per-token brute force, on the grouped (inference) and padded (autograd) paths; the
-looped autograd kernel equals the padded one."""
+looped and grouped autograd kernels equal the padded one."""
 
 from __future__ import annotations
 
@@ -54,10 +54,10 @@ def test_padded_path_passes_gradients_to_every_used_expert() -> None:
     assert used.tolist() == [True, True, True, True, True, False]
 
 
-def test_looped_kernel_matches_padded_in_output_and_every_gradient() -> None:
+def test_looped_and_grouped_kernels_match_padded_in_output_and_every_gradient() -> None:
     experts, h, ids, weights = _case(2)
     results = []
-    for kernel in ("padded", "looped"):
+    for kernel in ("padded", "looped", "grouped"):
         experts.zero_grad()
         experts.autograd_kernel = kernel
         x = h.clone().requires_grad_(True)
@@ -65,9 +65,10 @@ def test_looped_kernel_matches_padded_in_output_and_every_gradient() -> None:
         out = experts(x, ids, w)
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         results.append([out, x.grad, w.grad, experts.gate_up_proj.grad.clone(), experts.down_proj.grad.clone()])
-    for padded, looped in zip(*results, strict=True):
-        torch.testing.assert_close(looped, padded, rtol=1e-5, atol=1e-6)
-    assert results[1][3][5].abs().max() == 0  # expert 5 has no token: no gradient on either path
+    for other in results[1:]:
+        for padded, value in zip(results[0], other, strict=True):
+            torch.testing.assert_close(value, padded, rtol=1e-5, atol=1e-6)
+    assert all(r[3][5].abs().max() == 0 for r in results)  # expert 5 has no token: no gradient on any path
 
 
 def _indexed_reference(experts: Experts, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -118,5 +119,5 @@ def test_set_experts_kernel_reaches_every_layer_and_rejects_unknown_kernels() ->
     set_experts_kernel(model, "looped")
     kernels = {m.autograd_kernel for m in model.modules() if isinstance(m, Experts)}
     assert kernels == {"looped"}
-    with pytest.raises(ValueError, match=r"expected one of \('padded', 'looped'\), got 'fused'"):
+    with pytest.raises(ValueError, match=r"expected one of \('grouped', 'padded', 'looped'\), got 'fused'"):
         set_experts_kernel(model, "fused")

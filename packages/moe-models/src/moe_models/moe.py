@@ -12,8 +12,8 @@ from moe_models.config import MoEConfig
 from moe_models.forward_context import ForwardContext
 from moe_models.router import TopKRouter
 
-ExpertsKernel = Literal["padded", "looped"]
-EXPERTS_KERNELS: tuple[ExpertsKernel, ...] = ("padded", "looped")
+ExpertsKernel = Literal["grouped", "padded", "looped"]
+EXPERTS_KERNELS: tuple[ExpertsKernel, ...] = ("grouped", "padded", "looped")
 
 
 class Experts(nn.Module):
@@ -57,11 +57,11 @@ class Experts(nn.Module):
         """h: [N, hidden]; ids, weights: [N, K]. Returns sum_k weights[:, k] * expert_{ids[:, k]}(h), [N, hidden].
 
         Token-expert pairs are sorted by expert and run as one grouped matmul per projection (CPU, no autograd).
-        Otherwise (autograd, other devices) `autograd_kernel` decides: `padded`, two batched matmuls over a
-        zero-padded [E, max_count, hidden] buffer, or `looped`, a matmul pair per expert on its own rows (Hugging
-        Face's loop; no padding, so faster training steps on CPU, the more so the more uneven the routing). All
-        paths agree to float rounding (~1e-7), not bit for bit. Contributions are summed per token in ascending
-        expert order, as Hugging Face does.
+        Otherwise (autograd, other devices) `autograd_kernel` decides: `grouped`, the same grouped matmuls with
+        their backward (float32 and lower precisions: the fastest training step on CPU), `padded`, two batched
+        matmuls over a zero-padded [E, max_count, hidden] buffer, or `looped`, a matmul pair per expert on its own
+        rows (Hugging Face's loop; no padding; any dtype and device). All paths agree to float rounding (~1e-7), not
+        bit for bit. Contributions are summed per token in ascending expert order, as Hugging Face does.
         """
         top_k = ids.shape[1]
         flat = ids.reshape(-1)  # [N*K]
@@ -70,7 +70,7 @@ class Experts(nn.Module):
         counts = torch.bincount(flat, minlength=self.num_experts)  # [E]
         token = order // top_k  # [N*K] token of each sorted pair
         x = h.index_select(0, token)  # [N*K, hidden] expert-sorted
-        if self._grouped_mm_applies(h):
+        if self._grouped_mm_applies(h) or self.autograd_kernel == "grouped":
             y = self._grouped(x, sorted_experts, counts)
         elif self.autograd_kernel == "looped":
             y = self._looped(x, counts)

@@ -96,10 +96,11 @@ class TorchBackendConfig:
         "taken in fp32)",
         "float32",
     )
-    experts_kernel: Literal["padded", "looped"] = _help(
-        "the routed experts' path under autograd: padded (batched matmuls over a zero-padded buffer) or looped (a "
-        "matmul pair per expert, no padding: faster train steps on CPU); they agree to float rounding, not bit for bit",
-        "looped",
+    experts_kernel: Literal["auto", "grouped", "padded", "looped"] = _help(
+        "the routed experts' path under autograd: grouped (grouped matmuls over expert-sorted tokens, with their "
+        "backward; CPU, float32), padded (batched matmuls over a zero-padded buffer) or looped (a matmul pair per "
+        "expert, any device); auto: grouped on the CPU, looped elsewhere. They agree to float rounding, not bit for bit",
+        "auto",
     )
 
     def build(

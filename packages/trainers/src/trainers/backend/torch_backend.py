@@ -48,13 +48,15 @@ class TorchBackend(OptimisedModule):
         total_steps: int | None = None,
         compute_dtype: str = "float32",
         true_on_policy: bool = False,
-        experts_kernel: str = "padded",
+        experts_kernel: str = "auto",
     ) -> None:
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
         self._device = resolve_device(device)
         super().__init__(model.to(self._device).train(), optim, version=version, total_steps=total_steps)
         self.temperature = temperature
+        if experts_kernel == "auto":  # grouped_mm has a CPU backward; on CUDA it serves bf16 only
+            experts_kernel = "grouped" if self._device.type == "cpu" else "looped"
         set_experts_kernel(model, experts_kernel)  # the reference runs without autograd: grouped_mm on CPU
         if compute_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"TorchBackend.compute_dtype: expected float32 or bfloat16, got {compute_dtype!r}")
