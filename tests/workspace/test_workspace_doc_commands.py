@@ -110,9 +110,12 @@ def all_commands() -> list[Command]:
 
 
 def _model_dir(root: Path) -> Path:
+    """A stand-in checkpoint directory: what the config checks read (a supported family, the tokenizer files)."""
     model = root / "model"
     model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
+    (model / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text("{}")
     return model
 
 
