@@ -68,8 +68,9 @@ RULE: dict[str, Rule] = {
         "The Ray session (start or attach, placement groups, actor options) and weight transport between processes"
     ),
     "moe-models": Rule(
-        "MoE LMs of five families (Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, GPT-OSS) with router capture and replay, "
-        "their HF checkpoints, tokenizers (a byte-level BPE chat tokenizer, a char tokenizer), the precision probe"
+        "MoE LMs of five families (Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, GPT-OSS) with router capture and "
+        "replay, their HF checkpoints, tokenizers (a byte-level BPE chat tokenizer, a char tokenizer), the precision "
+        "probe"
     ),
     "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
     "native-engine": Rule(

@@ -12,7 +12,29 @@ from moe_models.norm import RMSNorm
 from moe_models.rope import apply_rotary
 
 
-class Attention(nn.Module):
+class SelfAttention(nn.Module):
+    """What every attention module shares: its forward asks the context for q, k, v (`ForwardContext.project`,
+    which calls the module's `query` / `key_value`) and for attention over the keys (`ForwardContext.attend`)."""
+
+    layer_idx: int
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        ctx: ForwardContext,
+        queries: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """h: [N, hidden] the context's tokens (normed); cos/signed_sin: [N, rotary dim]; queries: [M] int64 the
+        tokens (of the N, ascending) whose output is wanted (None: all). Returns the attention output before
+        `o_proj`, [M, H * value_dim] (M = N without `queries`); how the keys are found is the context's
+        (`ForwardContext.attend`)."""
+        q, k, v = ctx.project(self, h, cos, signed_sin, queries)  # type: ignore[arg-type]  # [M|N, heads, dim]
+        return ctx.attend(self.layer_idx, self, q, k, v)  # type: ignore[arg-type]
+
+
+class Attention(SelfAttention):
     """Query head h reads key/value head h // (num_attention_heads // num_key_value_heads).
 
     `sinks` `[H]` (GPT-OSS): each head's softmax over keys has one more logit, the sink, that takes weight but adds
@@ -55,18 +77,3 @@ class Attention(nn.Module):
             k = self.k_norm(k)
         v = ctx.linear(h, self.v_proj.weight, self.v_proj.bias).view(*lead, self.num_kv_heads, self.head_dim)
         return apply_rotary(k, cos, signed_sin), v
-
-    def forward(
-        self,
-        h: torch.Tensor,
-        cos: torch.Tensor,
-        signed_sin: torch.Tensor,
-        ctx: ForwardContext,
-        queries: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """h: [N, hidden] the context's tokens (normed); cos/signed_sin: [N, rotary dim]; queries: [M] int64 the
-        tokens (of the N, ascending) whose output is wanted (None: all). Returns the attention output before
-        `o_proj`, [M, H * value_dim] (M = N without `queries`); how the keys are found is the context's
-        (`ForwardContext.attend`)."""
-        q, k, v = ctx.project(self, h, cos, signed_sin, queries)  # [M, H, Dk], [N, KVH, Dk], [N, KVH, Dv]
-        return ctx.attend(self.layer_idx, self, q, k, v)

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import nn
 
+from moe_models.attention import SelfAttention
 from moe_models.config import MoEConfig
 from moe_models.forward_context import ForwardContext
 from moe_models.norm import RMSNorm
@@ -20,7 +21,7 @@ from moe_models.rope import apply_rotary, apply_rotary_interleaved
 LATENT_NORM_EPS = 1e-6  # transformers builds the two latent norms with its RMSNorm default, not rms_norm_eps
 
 
-class LatentAttention(nn.Module):
+class LatentAttention(SelfAttention):
     def __init__(self, config: MoEConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -72,18 +73,6 @@ class LatentAttention(nn.Module):
         k_nope, v = kv.split([self.nope_dim, self.value_dim], dim=-1)
         k_rope = self._rotate(k_rope.unsqueeze(-2), cos, signed_sin).expand(*lead, self.num_heads, self.rope_dim)
         return torch.cat([k_nope, k_rope], dim=-1), v
-
-    def forward(
-        self,
-        h: torch.Tensor,
-        cos: torch.Tensor,
-        signed_sin: torch.Tensor,
-        ctx: ForwardContext,
-        queries: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """As `Attention.forward`: [M, H * v_head_dim] before `o_proj`."""
-        q, k, v = ctx.project(self, h, cos, signed_sin, queries)
-        return ctx.attend(self.layer_idx, self, q, k, v)
 
 
 def _yarn_mscale_squared(config: MoEConfig) -> float:

@@ -99,7 +99,7 @@ class TorchBackendConfig:
     experts_kernel: Literal["auto", "grouped", "padded", "looped"] = _help(
         "the routed experts' path under autograd: grouped (grouped matmuls over expert-sorted tokens, with their "
         "backward; CPU, float32), padded (batched matmuls over a zero-padded buffer) or looped (a matmul pair per "
-        "expert, any device); auto: grouped on the CPU, looped elsewhere. They agree to float rounding, not bit for bit",
+        "expert, any device); auto: grouped on the CPU, looped elsewhere. They agree to float rounding",
         "auto",
     )
 
