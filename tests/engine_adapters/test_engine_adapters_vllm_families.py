@@ -8,6 +8,7 @@ transformers on the same folder: its logits and its router modules' top-k ids.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from engine_adapters.vllm import VLLMEngine, VLLMServer, VLLMServerConfig
 from engine_adapters.vllm_families import VLLM_FAMILIES
 from engine_adapters_vllm_fixtures import VLLM_PYTHON, VLLM_ROUTING, requires_vllm_env
 from rollout_core import SamplingParams, Segment
+from routing_state import routing_spec
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -83,6 +85,20 @@ async def _generate(server: VLLMServer, request_id: str, push: Path | None = Non
 def test_family_routing_rows_tokens_and_log_probs_equal_transformers(family_server: FamilyServer) -> None:
     seg = asyncio.run(_generate(family_server.server, f"{family_server.family}-start"))
     _assert_matches_transformers(seg, family_server.checkpoints[0], family_server.family)
+
+
+def test_the_routing_spec_names_the_decoder_layer_of_each_column(family_server: FamilyServer) -> None:
+    """Dense layers (DeepSeek-V3's first) have no column, and the spec says which layers the columns are."""
+
+    async def spec() -> object:
+        engine = await VLLMEngine.connect(family_server.server.base_url, routing=VLLM_ROUTING)
+        try:
+            return engine.routing_spec
+        finally:
+            await engine.close()
+
+    config = json.loads((family_server.checkpoints[0] / "config.json").read_text())
+    assert asyncio.run(spec()) == routing_spec(config)
 
 
 @pytest.mark.skipif(VLLM_ROUTING != "extension", reason="the CPU MoE re-pack runs on the CPU model runner only")

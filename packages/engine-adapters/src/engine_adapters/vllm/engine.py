@@ -96,7 +96,8 @@ class VLLMEngine:
             info = (await client.collective_rpc(method))[0]
             spec = None
             if info["num_moe_layers"] and routing != "none":
-                spec = RoutingSpec(info["num_moe_layers"], info["top_k"], info["num_experts"])
+                layers = tuple(info["moe_layers"]) if "moe_layers" in info else None
+                spec = RoutingSpec(info["num_moe_layers"], info["top_k"], info["num_experts"], layers)
             label = await client.weight_version()
             if label is None or not label.isdigit():
                 await client.update_weight_version("0")

@@ -52,6 +52,7 @@ class RolloutWorkerExtension:
         return {
             "vocab_size": int(self.model_runner.model_config.get_vocab_size()),
             "num_moe_layers": len(runners),
+            "moe_layers": [int(r.layer_id) for r in runners],  # the decoder layer of each routing column
             "top_k": int(runners[0].router.top_k) if runners else 0,
             "num_experts": int(runners[0].router.global_num_experts) if runners else 0,
         }
