@@ -78,10 +78,12 @@ def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
 def _teacher_accuracy(args: argparse.Namespace) -> float:
     from distillation.teacher import TeacherConfig, ensure_teacher
     from rl_run.config import AppWarmupConfig, SortTaskConfig
+    from rl_tasks.model_config import ModelConfig
 
     task = SortTaskConfig(addition_weight=0.5, sort_weight=0.5) if args.addition else SortTaskConfig()
     cache = Path(".cache/warmup").resolve()
-    where = ensure_teacher(TeacherConfig(), task.build(), AppWarmupConfig(), cache)  # built here: not timed
+    # built here, not timed
+    where = ensure_teacher(TeacherConfig(), task.build(), AppWarmupConfig(), ModelConfig(), cache)
     assert where.val_accuracy is not None
     return where.val_accuracy
 

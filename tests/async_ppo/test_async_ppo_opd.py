@@ -55,7 +55,8 @@ def test_each_group_is_scored_by_its_data_sources_teacher_and_the_rest_by_the_de
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
     cfg = tiny_config(tmp_path / "probe", *TEACHER)
-    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
+    # built here once and cached, so the run below reuses it
+    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, cfg.model, Path(cfg.run.warmup_cache))
     run = tmp_path / "run"
     # two teachers of one replica each, half a CPU apiece: the module's 3 CPUs hold trainer, rollouter and pool
     train(tiny_config(run, "--run.steps", "2", *TEACHER, "--teacher.sources", f"addition={named.directory}",

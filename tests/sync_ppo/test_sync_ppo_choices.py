@@ -62,7 +62,8 @@ def test_a_named_teacher_scores_its_data_source_and_the_default_teacher_the_rest
     tmp_path: Path, tiny_config: Callable[..., SyncConfig]
 ) -> None:
     cfg = tiny_config(tmp_path / "probe", "--algorithm.kind", "opd", *TEACHER)
-    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, Path(cfg.run.warmup_cache))  # cached: reused
+    # built here once and cached, so the run below reuses it
+    named = ensure_teacher(cfg.teacher, cfg.task.build(), cfg.warmup, cfg.model, Path(cfg.run.warmup_cache))
     run = tmp_path / "run"
     train(tiny_config(run, "--run.steps", "2", "--run.plots", "false", "--algorithm.kind", "opd", *TEACHER,
                       "--teacher.sources", f"sort={named.directory}"))  # fmt: skip
