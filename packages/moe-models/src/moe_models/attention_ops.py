@@ -30,6 +30,8 @@ def softmax_attention(
     Without sinks: `scaled_dot_product_attention`. With sinks `[H]`: each head's softmax has one more logit (its sink)
     that takes weight and adds no value, as GPT-OSS computes it (the row max subtracted first)."""
     group = q.shape[1] // k.shape[1]
+    if sinks is None and q.device.type == "cpu":  # the CPU kernel reads the kv head of each group itself
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scaling, enable_gqa=group > 1)
     if group > 1:
         k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
     if sinks is None:

@@ -1,7 +1,11 @@
 """GridContext: the training forward's context, whole sequences in a right-padded `[B, T]` batch.
 
-Every op but attention runs on the real tokens alone (`TokenLayout`); attention runs on the `[B, T]` grid under the
-causal and padding mask, so no real query attends to padding.
+Every op but attention runs on the layout's tokens alone (`TokenLayout`: the real tokens, a shared prefix once).
+Attention runs on a grid of segments: a segment is a row and the rows that read their prefix from it (a GRPO group's
+samples of one prompt), its tokens in slots `0 .. U-1` in layout order, under a mask that lets each query see the
+keys of its own row (the shared prefix included) at or before its position. Without shared prefixes a segment is a
+row and the grid is the `[B, T]` batch under the causal and padding mask; either way no real query attends to
+padding or to another row's tokens.
 """
 
 from __future__ import annotations
@@ -12,27 +16,30 @@ from moe_models.attention_ops import band, softmax_attention
 from moe_models.forward_context import AttentionModule, ForwardContext, TraceHook
 from moe_models.invariant_ops import invariant_attention
 from moe_models.replay import RouterReplay
+from moe_models.segment_grid import SegmentGrid, keep_a_key
 from moe_models.token_layout import TokenLayout
 
 
 class GridContext(ForwardContext):
     """`last_layer_queries` `[M]` (of the layout's N tokens, ascending): the rows the last layer computes (None:
-    all); `replay`: the routing to force, `[B, T, L_moe, K]` as `RouterReplay`."""
+    all); `replay`: the routing to force, `[B, T, L_moe, K]` as `RouterReplay`; `owners` and `shared` `[B]` as
+    `TokenLayout.of` took them (None: no shared prefixes)."""
 
     def __init__(
         self,
         layout: TokenLayout,
-        attention_mask: torch.Tensor | None,
         *,
         last_layer: int,
         last_layer_queries: torch.Tensor | None = None,
         replay: RouterReplay | None = None,
+        owners: torch.Tensor | None = None,
+        shared: torch.Tensor | None = None,
         invariant: bool = False,
         trace: TraceHook | None = None,
     ) -> None:
         super().__init__(layout.positions, invariant=invariant, trace=trace)
         self.layout = layout
-        self.mask = _attention_mask(layout, attention_mask)  # [B, 1, T, T]
+        self.grid = SegmentGrid.of(layout, owners, shared)
         self.last_layer = last_layer
         self.last_layer_queries = last_layer_queries
         self._replay = replay
@@ -50,44 +57,24 @@ class GridContext(ForwardContext):
     def attend(
         self, layer: int, attn: AttentionModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """Scores on the [B, T] grid: padding cells and unwanted queries hold zeros, and no real query attends to
-        padding (nor, in a sliding layer, to keys beyond its window)."""
-        layout = self.layout
+        """Scores on the segment grid `[S, U]`: empty slots and unwanted queries hold zeros, and no real query
+        attends to an empty slot, another row's token (nor, in a sliding layer, to keys beyond its window)."""
+        grid = self.grid
         wanted = self.queries(layer)
-        asked = layout if wanted is None else layout.subset(wanted)
-        q = asked.unpack(q).transpose(1, 2)  # [B, H, T, Dk]
-        k = layout.unpack(k).transpose(1, 2)  # [B, KVH, T, Dk]
-        v = layout.unpack(v).transpose(1, 2)  # [B, KVH, T, Dv]
-        mask = self._mask(attn.sliding_window)  # [B, 1, T, T]
+        q = grid.gather(q, wanted)  # [S, H, U, Dk]
+        k, v = grid.gather(k), grid.gather(v)  # [S, KVH, U, D]
+        mask = self._mask(attn.sliding_window)  # [S, 1, U, U]
         if self.invariant:
             out = invariant_attention(q, k, v, mask[:, 0], attn.scaling, attn.sinks)
         else:
-            out = softmax_attention(q, k, v, mask, attn.scaling, attn.sinks)  # [B, H, T, Dv]
-        out = out.transpose(1, 2).reshape(layout.batch, layout.seq, attn.num_heads * attn.value_dim)
-        return asked.pack(out)
+            out = softmax_attention(q, k, v, mask, attn.scaling, attn.sinks)  # [S, H, U, Dv]
+        out = out.transpose(1, 2).reshape(grid.segments * grid.slots, attn.num_heads * attn.value_dim)
+        return out.index_select(0, grid.home if wanted is None else grid.home.index_select(0, wanted))
 
     def _mask(self, window: int | None) -> torch.Tensor:
         if window is None:
-            return self.mask
+            return self.grid.mask
         if window not in self._banded:
-            pos = torch.arange(self.layout.seq, device=self.mask.device)
-            self._banded[window] = _keep_a_key(band(self.mask, pos, pos, window))
+            pos = self.grid.positions  # [S, U]
+            self._banded[window] = keep_a_key(band(self.grid.mask, pos[:, None, :], pos[:, None, None, :], window))
         return self._banded[window]
-
-
-def _attention_mask(layout: TokenLayout, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """[B, 1, T, T] bool, True = may attend."""
-    batch, seq = layout.batch, layout.seq
-    pos = torch.arange(seq, device=layout.positions.device)
-    causal = pos[None, :] <= pos[:, None]  # [T(query), T(key)]
-    if attention_mask is None:
-        return causal[None, None].expand(batch, 1, seq, seq)
-    allowed = causal[None, None] & attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, T, T]
-    return _keep_a_key(allowed)
-
-
-def _keep_a_key(allowed: torch.Tensor) -> torch.Tensor:
-    """allowed `[..., T(query), T(key)]` with each query that allows no key given its own (only padding queries have
-    none), keeping every softmax finite."""
-    diagonal = torch.eye(allowed.shape[-1], dtype=torch.bool, device=allowed.device)
-    return allowed | (diagonal & ~allowed.any(dim=-1, keepdim=True))

@@ -18,6 +18,7 @@ from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
 from moe_models.rope import RotaryEmbedding
 from moe_models.router import TopKRouter
+from moe_models.shared_prefix import prefix_owners
 from moe_models.token_layout import TokenLayout
 
 
@@ -84,6 +85,7 @@ class MoEForCausalLM(nn.Module):
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
         logits_from: torch.Tensor | None = None,
+        shared_prefix: torch.Tensor | None = None,
         invariant: bool = False,
         trace: TraceHook | None = None,
     ) -> CausalLMOutput:
@@ -93,8 +95,11 @@ class MoEForCausalLM(nn.Module):
         grid, every other op on the real tokens alone); padding cells of the logits and of the routing are zeros.
         `logits_from` [B] int64: the first position of each row whose logits are wanted (None: every position);
         the last layer runs only the wanted positions (the others lend it their keys and values), so the earlier
-        ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`. `invariant`:
-        batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
+        ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
+        `shared_prefix` [B] int64 (each within its row's real tokens, as a prompt length): a row whose first
+        `shared_prefix[b]` tokens, and replayed routing there, equal an earlier row's (a GRPO group's prompt) reads
+        them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`).
+        `invariant`: batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: got shape {tuple(input_ids.shape)}, expected [B, T]")
@@ -106,14 +111,18 @@ class MoEForCausalLM(nn.Module):
         cfg = self.config
         if replay is not None:
             replay.validate(batch, seq, cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
-        layout = TokenLayout.of(input_ids, attention_mask)
-        wanted = self._wanted(layout, logits_from)  # [M] of the N tokens, or None: all
+        if invariant:  # batch-invariant attention reduces over a row's key slots: every row computed in full
+            shared_prefix = None
+        owners = None if shared_prefix is None else prefix_owners(input_ids, shared_prefix, replay)  # [B]
+        layout = TokenLayout.of(input_ids, attention_mask, owners=owners, shared=shared_prefix)
+        wanted = self._wanted(layout, attention_mask, logits_from)  # [M] of the N tokens, or None: all
         ctx = GridContext(
             layout,
-            attention_mask,
             last_layer=cfg.num_hidden_layers - 1,
             last_layer_queries=wanted,
             replay=replay,
+            owners=owners,
+            shared=shared_prefix,
             invariant=invariant,
             trace=trace,
         )
@@ -146,14 +155,21 @@ class MoEForCausalLM(nn.Module):
         return logits
 
     @staticmethod
-    def _wanted(layout: TokenLayout, logits_from: torch.Tensor | None) -> torch.Tensor | None:
-        """[M] int64 indices (of the layout's N tokens) at or after their row's `logits_from`; None: all."""
+    def _wanted(
+        layout: TokenLayout, attention_mask: torch.Tensor | None, logits_from: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """[M] int64 indices (of the layout's N tokens) read by a real cell at or after its row's `logits_from`;
+        None: all."""
         if logits_from is None:
             return None
         if tuple(logits_from.shape) != (layout.batch,):
             raise ValueError(f"logits_from: got shape {tuple(logits_from.shape)}, expected {(layout.batch,)}")
-        first = logits_from.to(layout.rows.device).index_select(0, layout.rows)  # [N]
-        return (layout.positions >= first).nonzero().squeeze(1)
+        device = layout.positions.device
+        cols = torch.arange(layout.seq, device=device)
+        cells = cols[None, :] >= logits_from.to(device)[:, None]  # [B, T]
+        if attention_mask is not None:
+            cells = cells & attention_mask.to(device=device, dtype=torch.bool)
+        return layout.tokens_of_cells(cells.reshape(-1))
 
     def stack_routing(self, routed: list[torch.Tensor], num_tokens: int) -> torch.Tensor:
         """[num_tokens, L_moe, K] int64 from per-MoE-layer [num_tokens, K] ids (L_moe may be 0)."""
@@ -199,12 +215,14 @@ class MoEForCausalLM(nn.Module):
         replay: RouterReplay | None = None,
         capture_routing: bool = False,
         logits_from: torch.Tensor | None = None,
+        shared_prefix: torch.Tensor | None = None,
         invariant: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
         `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
         (log_probs [B, T-1], at [B, T-1, K] or None, routed or None). `logits_from` as in `forward`: entries before
-        it are the log-softmax of zero logits (a caller that passes it masks them). `invariant` as in
+        it are the log-softmax of zero logits (a caller that passes it masks them); `shared_prefix` as in `forward`
+        (the rows' log-probs are unchanged by it, to float rounding). `invariant` as in
         `token_log_probs` (with `at_ids`, `at` keeps `next_token_log_probs`' formula)."""
         out = self(
             input_ids,
@@ -212,6 +230,7 @@ class MoEForCausalLM(nn.Module):
             replay=replay,
             capture_routing=capture_routing,
             logits_from=logits_from,
+            shared_prefix=shared_prefix,
             invariant=invariant,
         )
         if not invariant:
