@@ -90,7 +90,8 @@ def score(
 ) -> torch.Tensor:
     """`[B, T-1]` no-grad log-probs of the whole batch, in micro-batches of at most `budget` padded tokens."""
     out = torch.zeros(batch.rollout_log_probs.shape, dtype=torch.float32, device=backend.device)
-    groups = split_by_token_budget(batch.seq_lengths.tolist(), range(batch.batch_size), budget)
+    sharing = (batch.group_ids, batch.prompt_lengths.tolist()) if backend.shares_prompts else (None, None)
+    groups = split_by_token_budget(batch.seq_lengths.tolist(), range(batch.batch_size), budget, *sharing)
     scored = backend.log_probs([select_rows(batch, r) for r in groups], replay=replay, role=role)
     for rows, lp in zip(groups, scored, strict=True):
         out[rows, : lp.shape[1]] = lp
@@ -322,7 +323,12 @@ def train_step(
     no_replay, sample = _no_replay_sample(backend, batch, sample_rows, budget, version)
     metrics.add(no_replay)
     plan = StepPlan.build(
-        batch, host_mask, mini_batches=cfg.mini_batches_per_step, micro_batch_tokens=budget, dp=backend.data_parallel
+        batch,
+        host_mask,
+        mini_batches=cfg.mini_batches_per_step,
+        micro_batch_tokens=budget,
+        dp=backend.data_parallel,
+        shares_prompts=backend.shares_prompts,
     )
     # the sample's replayed pre-update log-probs: the recomputed old ones or the one mini-batch's own training forward
     # (no extra forward) when those replay, else a forward of their own now

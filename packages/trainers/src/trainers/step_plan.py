@@ -42,13 +42,16 @@ class StepPlan:
         mini_batches: int,
         micro_batch_tokens: int,
         dp: DataParallel | None,
+        shares_prompts: bool = False,
     ) -> StepPlan:
-        """`mask` `[B, T-1]`: the loss mask on the host (after any rollout-correction rejection)."""
+        """`mask` `[B, T-1]`: the loss mask on the host (after any rollout-correction rejection); `shares_prompts`: the
+        backend computes a group's prompt once per micro-batch (`split_by_token_budget` keeps groups together)."""
         lengths = batch.seq_lengths.tolist()
+        sharing = (batch.group_ids, batch.prompt_lengths.tolist()) if shares_prompts else (None, None)
         slices = split_even(batch.batch_size, mini_batches)
         local = [rows if dp is None else dp.shard(rows) for rows in slices]
         micro: list[list[list[int] | None]] = [
-            list(split_by_token_budget(lengths, rows, micro_batch_tokens)) for rows in local
+            split_by_token_budget(lengths, rows, micro_batch_tokens, *sharing) for rows in local
         ]
         counts = torch.tensor(
             [[count_tokens(mask[rows]), count_nonempty_seqs(mask[rows])] for rows in local], dtype=torch.float64

@@ -102,6 +102,11 @@ class TorchBackendConfig:
         "expert, any device); auto: grouped on the CPU, looped elsewhere. They agree to float rounding",
         "auto",
     )
+    share_prompts: bool = _help(
+        "compute a prompt once per micro-batch for the samples that share it (same tokens and replayed routing: a "
+        "GRPO group's), the others reading its keys and values; exact up to float rounding",
+        True,
+    )
 
     def build(
         self,
@@ -129,6 +134,7 @@ class TorchBackendConfig:
             compute_dtype=self.compute_dtype,
             true_on_policy=true_on_policy,
             experts_kernel=self.experts_kernel,
+            share_prompts=self.share_prompts,
         )
 
 

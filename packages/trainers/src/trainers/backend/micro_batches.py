@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -47,26 +47,56 @@ def select_rows(batch: TrainBatch, rows: Sequence[int]) -> TrainBatch:
     )
 
 
-def split_by_token_budget(seq_lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:
-    """Groups `rows` into micro-batches whose padded size `len(group) * max(seq_lengths)` is <= `budget`.
+def split_by_token_budget(
+    seq_lengths: Sequence[int],
+    rows: Sequence[int],
+    budget: int,
+    groups: Sequence[str] | None = None,
+    prompt_lengths: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """Groups `rows` into micro-batches whose size is <= `budget`: padded tokens `len(group) * max(seq_lengths)`, or
+    with `groups` and `prompt_lengths` (a group key and a prompt length per row of the batch, as `TrainBatch`'s) the
+    tokens a forward that shares prompts computes: each group's prompt once, each row's response.
 
-    Rows are taken longest first (ties by row index), so each micro-batch pads little; a row longer than the
-    budget gets a micro-batch of its own. The result is a deterministic function of the inputs.
+    Rows are taken longest first (ties by row index), so each micro-batch pads little; with groups, a group's rows
+    are taken together, groups by their longest row (ties by their first row), so that the samples of one prompt
+    share a micro-batch unless the budget cuts the group. A row larger than the budget gets a micro-batch of its own.
+    The result is a deterministic function of the inputs.
     """
     if budget < 1:
         raise ValueError(f"split_by_token_budget: expected budget >= 1, got {budget}")
-    order = sorted(rows, key=lambda r: (-int(seq_lengths[r]), r))
+    if (groups is None) != (prompt_lengths is None):
+        raise ValueError("split_by_token_budget: expected groups and prompt_lengths together, got one of them")
+    if groups is None or prompt_lengths is None:
+        order = sorted(rows, key=lambda r: (-int(seq_lengths[r]), r))
+        return _fill(
+            order, budget, lambda current, r: int(seq_lengths[current[0]]) * (len(current) + 1)
+        )  # longest first
+    rank: dict[str, tuple[int, int]] = {}  # group -> (-its longest row's length, its first row)
+    for r in rows:
+        neg_length, first = rank.get(groups[r], (0, r))
+        rank[groups[r]] = (min(neg_length, -int(seq_lengths[r])), min(first, r))
+    order = sorted(rows, key=lambda r: (*rank[groups[r]], -int(seq_lengths[r]), r))
+
+    def computed(current: list[int], r: int) -> int:
+        """Tokens of `current` plus row r, a group's prompt counted once."""
+        members = [*current, r]
+        prompts = {groups[m]: int(prompt_lengths[m]) for m in members}
+        return sum(prompts.values()) + sum(int(seq_lengths[m]) - int(prompt_lengths[m]) for m in members)
+
+    return _fill(order, budget, computed)
+
+
+def _fill(order: list[int], budget: int, size: Callable[[list[int], int], int]) -> list[list[int]]:
+    """`order` cut into consecutive micro-batches, each closed when adding the next row would make `size(current,
+    row)` exceed `budget` (a row alone always fits)."""
     groups: list[list[int]] = []
     current: list[int] = []
-    width = 0
     for r in order:
-        n = int(seq_lengths[r])
-        new_width = max(width, n)
-        if current and new_width * (len(current) + 1) > budget:
+        if current and size(current, r) > budget:
             groups.append(current)
-            current, new_width = [], n
+            current = []
         current.append(r)
-        width = new_width
     if current:
         groups.append(current)
     return groups

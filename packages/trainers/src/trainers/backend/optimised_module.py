@@ -17,7 +17,10 @@ RNG_KEY = "rng.torch"
 
 
 class OptimisedModule:
-    """`total_steps`: the run's optimiser steps (a cosine schedule's horizon; None only with a constant one)."""
+    """`total_steps`: the run's optimiser steps (a cosine schedule's horizon; None only with a constant one).
+    `shares_prompts`: whether its forward computes a prompt that rows share once (`TrainingBackend`)."""
+
+    shares_prompts: bool = False
 
     def __init__(
         self, model: torch.nn.Module, optim: OptimConfig | None, *, version: int = 0, total_steps: int | None = None

@@ -39,6 +39,8 @@ class TrainingBackend(Protocol):
       gradients stay until the next `zero_grad` (tests read them).
     - `advance_version()`: one update is complete; the weights are `version + 1` from now on.
     - `learning_rate`: the optimiser's current learning rate.
+    - `shares_prompts`: whether a forward computes a prompt that several rows of a micro-batch share once (the step
+      then keeps a group's rows together and sizes micro-batches by the tokens computed).
     - `export_weights()`: the full weights by Hugging Face name, in their own dtype, on the CPU, and their version.
     - `state_dict()` / `load_state_dict(state)`: everything a checkpoint needs to continue bit for bit (weights,
       optimiser moments and step counts, torch RNG, version).
@@ -55,6 +57,9 @@ class TrainingBackend(Protocol):
 
     @property
     def learning_rate(self) -> float: ...
+
+    @property
+    def shares_prompts(self) -> bool: ...
 
     def log_probs(
         self, micro_batches: Sequence[TrainBatch], *, replay: bool, role: PolicyRole = "policy"

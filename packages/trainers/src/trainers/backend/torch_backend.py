@@ -49,6 +49,7 @@ class TorchBackend(OptimisedModule):
         compute_dtype: str = "float32",
         true_on_policy: bool = False,
         experts_kernel: str = "auto",
+        share_prompts: bool = True,
     ) -> None:
         if not temperature > 0:
             raise ValueError(f"TorchBackend: expected temperature > 0, got {temperature}")
@@ -67,6 +68,7 @@ class TorchBackend(OptimisedModule):
                 f"{compute_dtype} {'with' if data_parallel else 'without'} data parallelism"
             )
         self.true_on_policy = true_on_policy
+        self.shares_prompts = share_prompts
         self.dp = data_parallel
         self.reference = None
         if reference is not None:
@@ -111,6 +113,7 @@ class TorchBackend(OptimisedModule):
                 temperature=self.temperature,
                 replay=routing,
                 logits_from=(micro.prompt_lengths - 1).clamp(min=0),  # the first response token's logits onwards
+                shared_prefix=micro.prompt_lengths if self.shares_prompts else None,  # a group's prompt once
                 invariant=self.true_on_policy,  # bitwise the engine's sampled log-probs and routing
             )
         return log_probs.float(), None if at is None else at.float()
