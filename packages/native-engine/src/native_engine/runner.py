@@ -24,6 +24,7 @@ from native_engine.decode import CachedModel, KVCache
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample
 from native_engine.scheduler import SchedulePlan
+from native_engine.shared_prompts import SharedPrompts
 
 
 @dataclass
@@ -174,6 +175,23 @@ class ModelRunner:
             ids, slots, [1] * len(ids), self.cache, capture_routing=capture and self.routing_spec is not None
         )
 
+    def _prefill(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Resets the admitted slots and prefills each distinct prompt once, copying its keys and values to the
+        slots of its repeats (`SharedPrompts`): (last-token logits [S, V], routing of every prompt token or None)."""
+        for slot in step.prefill_slots.tolist():
+            self.cache.reset(slot)
+        capture = step.prefill_capture and self.routing_spec is not None
+        shared = SharedPrompts.of(step.prefill_ids, step.prefill_lens)
+        if not shared.repeats:
+            return self.cached.forward(
+                step.prefill_ids, step.prefill_slots, step.prefill_lens, self.cache, capture_routing=capture
+            )
+        out, routed = self.cached.forward(
+            *shared.unique_chunks(step.prefill_ids, step.prefill_slots), self.cache, capture_routing=capture
+        )
+        self.cache.copy_prefixes(shared.copies(step.prefill_slots))
+        return shared.expand_logits(out), None if routed is None else shared.expand_rows(routed)
+
     def execute(self, step: StepInput, deliver: Deliver) -> list[StepOutput | BurstChunk]:
         """Prefills the admitted prompts (resetting their slots), decodes the running rows, samples each row; then
         decodes on as `step.burst` allows. Outputs handed over early went through `deliver`, in order; the
@@ -183,15 +201,7 @@ class ModelRunner:
             logits: list[torch.Tensor] = []
             prefill_rows = decode_rows = None
             if step.prefill_lens:
-                for slot in step.prefill_slots.tolist():
-                    self.cache.reset(slot)
-                out, routed = self.cached.forward(
-                    step.prefill_ids,
-                    step.prefill_slots,
-                    step.prefill_lens,
-                    self.cache,
-                    capture_routing=step.prefill_capture and self.routing_spec is not None,
-                )
+                out, routed = self._prefill(step)
                 logits.append(out)
                 prefill_rows = self._rows(routed)
             if len(step.decode_ids):

@@ -62,3 +62,20 @@ class KVCache:
         kd, vd = self.key_storage.shape[-1], self.value_storage.shape[-1]
         self.key_storage.view(layers, -1, kd)[:, rows] = new_keys.reshape(layers, -1, kd).to(self.dtype)
         self.value_storage.view(layers, -1, vd)[:, rows] = new_values.reshape(layers, -1, vd).to(self.dtype)
+
+    def copy_prefixes(self, copies: list[tuple[int, int, int]]) -> None:
+        """For each (source slot, target slot, n): the target holds the source's first n positions of every layer
+        and has length n (the source's length is at least n)."""
+        by_length: dict[int, list[tuple[int, int]]] = {}
+        for source, target, n in copies:
+            self._check_slot(source)
+            self._check_slot(target)
+            if int(self.lengths[source]) < n:
+                raise ValueError(f"copy_prefixes: slot {source} holds {int(self.lengths[source])} positions, got n={n}")
+            by_length.setdefault(n, []).append((source, target))
+        for n, pairs in by_length.items():
+            sources = torch.tensor([p[0] for p in pairs], device=self.device)
+            targets = torch.tensor([p[1] for p in pairs], device=self.device)
+            for storage in (self.key_storage, self.value_storage):
+                storage[:, targets, :, :n] = storage[:, sources, :, :n]
+            self.lengths[targets] = n
