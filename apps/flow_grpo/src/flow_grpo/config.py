@@ -39,6 +39,11 @@ class FlowRunConfig(RunConfig):
     warmup_cache: str = _help("directory of the cached base model and reward classifier", ".cache/flow")
     torch_threads: int = _help("torch intra-op threads of the trainer", 1)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.torch_threads < 1:
+            raise ValueError(f"run.torch_threads: expected >= 1, got {self.torch_threads}")
+
 
 @dataclass
 class FlowRolloutConfig:

@@ -211,7 +211,7 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
 async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary[SyncDetails]:
     import torch
 
-    torch.set_num_threads(cfg.run.torch_threads)
+    torch.set_num_threads(cfg.run.trainer_threads(alone=True))  # the engine waits while the trainer trains
     loop = await _build(cfg, resume)
     return await drive(loop, loop.s.run, loop.s.log, cfg.run, REPORT, resume=resume)
 

@@ -53,7 +53,7 @@ class TrainOutcome:
 class TrainerActor(NodeAware):
     def __init__(self, spec: TrainerSpec, resume_from: str | None = None) -> None:
         cfg = spec.cfg
-        torch.set_num_threads(cfg.run.torch_threads)
+        torch.set_num_threads(cfg.run.trainer_threads(alone=False))  # rollouts run alongside
         self.spec = spec
         run = self.run = RunDir(Path(spec.run_dir))
         self.trainer = PolicyTrainer.build(
