@@ -111,8 +111,8 @@ def main() -> None:
         "--sync-threads",
         type=int,
         default=1,
-        help="sync trainer's torch threads (1: the app's default; 2 lets sync train on both cores, which it has to "
-        "itself while it trains: the fairer baseline on a compute-bound step such as configs/longtail.toml's)",
+        help="sync trainer's torch threads (1: as the figures in docs/ were measured; 0: the app's default, every "
+        "core, which sync has to itself while it trains: the fairer baseline on a compute-bound step)",
     )
     p.add_argument(
         "--max-staleness", type=int, default=None, help="async's pipeline.max_staleness (default: the config's)"

@@ -43,18 +43,28 @@ def make_model() -> MoEForCausalLM:
 
 @torch.no_grad()
 def make_batch(
-    model: MoEForCausalLM, prompts: int, samples: int, response_lengths: list[int] | None = None
+    model: MoEForCausalLM,
+    prompts: int,
+    samples: int,
+    response_lengths: list[int] | None = None,
+    shared_prompts: bool = False,
 ) -> TrainBatch:
     """Random prompts and responses, routing and log-probs from the model's own forward (as an engine records them).
-    Responses are 4-12 tokens unless `response_lengths` gives each sample's."""
+    Responses are 4-12 tokens unless `response_lengths` gives each sample's. `shared_prompts`: the `samples` of a
+    group share their prompt (a GRPO batch); otherwise every sample has its own."""
     gen = torch.Generator().manual_seed(1)
     cfg = model.config
     spec = RoutingSpec(cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
     out = []
+    prompt = torch.zeros(1, 0, dtype=torch.int64)
     for i in range(prompts * samples):
-        n_prompt = int(torch.randint(10, 17, (1,), generator=gen))
+        n_prompt = int(torch.randint(10, 17, (1,), generator=gen)) if i % samples == 0 or not shared_prompts else 0
         n_resp = int(torch.randint(4, 13, (1,), generator=gen)) if response_lengths is None else response_lengths[i]
-        ids = torch.randint(1, VOCAB, (1, n_prompt + n_resp), generator=gen)
+        ids = torch.randint(1, VOCAB, (1, n_prompt + n_resp), generator=gen)  # a new prompt, then the response
+        if n_prompt:
+            prompt = ids[:, :n_prompt]
+        ids = torch.cat([prompt, ids[:, n_prompt:]], dim=1)
+        n_prompt = prompt.shape[1]
         routed = model(ids, capture_routing=True).routed_experts
         lp, _ = model.token_log_probs(ids, None)
         trace = RoutingTrace(spec)

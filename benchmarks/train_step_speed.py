@@ -32,8 +32,9 @@ from trainers.backend import OptimConfig, TorchBackend
 SETTINGS = {"before": ("padded", 8192), "after": ("looped", 2048)}
 
 
-def long_tail_batch(model: torch.nn.Module) -> TrainBatch:
-    """16 x 4 samples whose response lengths follow the scratchpad task's trace lengths (seeded)."""
+def long_tail_batch(model: torch.nn.Module, shared_prompts: bool = False) -> TrainBatch:
+    """16 x 4 samples whose response lengths follow the scratchpad task's trace lengths (seeded); `shared_prompts` as
+    in `make_batch`."""
     import numpy as np
     from rl_tasks.sort_trace import SortTraceSource, trace_length
 
@@ -42,12 +43,16 @@ def long_tail_batch(model: torch.nn.Module) -> TrainBatch:
     lengths = [
         trace_length(src.min_len + int(rng.choice(len(src.length_probs), p=src.length_probs))) + 1 for _ in range(16)
     ]
-    return make_batch(model, 16, 4, response_lengths=[n for n in lengths for _ in range(4)])
+    return make_batch(model, 16, 4, [n for n in lengths for _ in range(4)], shared_prompts)
 
 
-def benchmark_shapes(model: MoEForCausalLM) -> dict[str, tuple[TrainBatch, int]]:
-    """The two batches every train-step benchmark times, by name, each with its max new tokens."""
-    return {"default 32x8": (make_batch(model, 32, 8), 12), "long-tail 16x4": (long_tail_batch(model), 305)}
+def benchmark_shapes(model: MoEForCausalLM, shared_prompts: bool = False) -> dict[str, tuple[TrainBatch, int]]:
+    """The two batches every train-step benchmark times, by name, each with its max new tokens; `shared_prompts` as
+    in `make_batch` (the GRPO batches the apps train on)."""
+    return {
+        "default 32x8": (make_batch(model, 32, 8, shared_prompts=shared_prompts), 12),
+        "long-tail 16x4": (long_tail_batch(model, shared_prompts), 305),
+    }
 
 
 def seconds_per_step(batch: TrainBatch, kernel: str, budget: int, steps: int, max_new_tokens: int) -> float:

@@ -1,17 +1,18 @@
 """Our torch backend's full train step against transformers' `Qwen3MoeForCausalLM` on the same batches and weights.
 
 Ours: `trainers.train_step` with the apps' defaults (the `train` section's micro-batch budget, the backend's experts
-kernel, router replay and the mismatch sample on). Transformers: the step TRL's GRPOTrainer runs on a policy, on the
-same micro-batches (rows and widths as ours): forward with the attention mask, the log-prob of each sampled token at
-temperature 1, a token-mean clipped-ratio loss, backward, one AdamW step per batch; the model is built by
-`AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote (its default attention and experts
-implementations, which it prints). Two shapes, both the tiny preset: the default task's (32 prompts x 8 samples,
-prompts of 10-16 tokens, responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as
-`configs/longtail.toml` draws them). The machine's peak is a large float32 matmul at the same thread count, timed in
-the same run. The two steps alternate (ours, theirs, ours, ...), so that load from elsewhere slows both alike.
-`ours % of peak` counts the model's matmul FLOPs, those of the projections, experts, router and head
-(forward and backward: 6 per active parameter per real token, every token through every layer, also where ours
-skips work; attention scores, the mismatch forward and padding not counted).
+kernel, router replay and the mismatch sample on). Transformers: the step TRL's GRPOTrainer runs on a policy, in
+micro-batches of the same budget of padded tokens, rows sorted longest first (ours without shared prompts): forward with
+the attention mask, the log-prob of each sampled token at temperature 1, a token-mean clipped-ratio loss, backward, one
+AdamW step per batch; the model is built by `AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote
+(its default attention and experts implementations, which it prints). Two shapes, both the tiny preset, each a GRPO
+batch (a group's samples share their prompt): the default task's (32 prompts x 8 samples, prompts of 10-16 tokens,
+responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as `configs/longtail.toml` draws them).
+Ours computes a group's prompt once (`backend.share_prompts`); transformers computes every row. The machine's peak is a
+large float32 matmul at the same thread count, timed in the same run. The two steps alternate (ours, theirs, ours, ...),
+so that load from elsewhere slows both alike. `ours % of peak` counts the model's matmul FLOPs, those of the
+projections, experts, router and head (forward and backward: 6 per active parameter per real token, every token through
+every layer, also where ours skips work; attention scores, the mismatch forward and padding not counted).
 
 Run: `uv run python benchmarks/train_vs_transformers.py [--steps 10] [--threads 1]`. One line per shape, the last:
 `train tokens/s ours <a> vs transformers <b> (<r>x)  peak <p> GFLOP/s  ours <m>% of peak` for each shape.
@@ -75,7 +76,7 @@ def transformers_step(checkpoint: Path, batch: TrainBatch) -> Callable[[], None]
     impl = (model.config._attn_implementation, getattr(model.config, "_experts_implementation", None))
     print(f"  transformers {type(model).__name__}: attention {impl[0]}, experts {impl[1]}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    lengths, budget = batch.seq_lengths.tolist(), TrainLoopConfig().micro_batch_tokens  # ours' split
+    lengths, budget = batch.seq_lengths.tolist(), TrainLoopConfig().micro_batch_tokens  # ours' split, unshared
     micro = [select_rows(batch, rows) for rows in split_by_token_budget(lengths, range(batch.batch_size), budget)]
     ppo = PPOConfig()
     low, high = 1 - ppo.clip_low, 1 + ppo.clip_high
@@ -123,7 +124,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak = peak_gflops()
     print(f"peak: {peak:.1f} GFLOP/s (float32 2048^3 matmul, {args.threads} thread(s))", flush=True)
-    shapes = benchmark_shapes(make_model())
+    shapes = benchmark_shapes(make_model(), shared_prompts=True)  # a group's samples share their prompt
     summary = []
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "ckpt"

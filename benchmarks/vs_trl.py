@@ -85,14 +85,14 @@ class SeedResult:
 
 
 def run_seed(args: argparse.Namespace, python: Path, seed: int, tmp: Path) -> SeedResult:
-    # async_vs_sync's own arguments; both apps' trainers at their default of one thread
+    # async_vs_sync's own arguments; both apps' trainers at their default threads (sync: every core, as TRL's; async: 1)
     ours = argparse.Namespace(
         steps=args.steps,
         val_every=args.steps,
         seed=seed,
         target=2.0,
-        trainer_threads=1,
-        sync_threads=1,
+        trainer_threads=0,
+        sync_threads=0,
         max_staleness=args.max_staleness,
         config=args.config,
         flags=[],
