@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -69,37 +69,45 @@ def split_by_token_budget(
         raise ValueError("split_by_token_budget: expected groups and prompt_lengths together, got one of them")
     if groups is None or prompt_lengths is None:
         order = sorted(rows, key=lambda r: (-int(seq_lengths[r]), r))
-        return _fill(
-            order, budget, lambda current, r: int(seq_lengths[current[0]]) * (len(current) + 1)
-        )  # longest first
+        return _fill(order, budget, [int(seq_lengths[r]) for r in range(len(seq_lengths))], None, None)
     rank: dict[str, tuple[int, int]] = {}  # group -> (-its longest row's length, its first row)
     for r in rows:
         neg_length, first = rank.get(groups[r], (0, r))
         rank[groups[r]] = (min(neg_length, -int(seq_lengths[r])), min(first, r))
     order = sorted(rows, key=lambda r: (*rank[groups[r]], -int(seq_lengths[r]), r))
-
-    def computed(current: list[int], r: int) -> int:
-        """Tokens of `current` plus row r, a group's prompt counted once."""
-        members = [*current, r]
-        prompts = {groups[m]: int(prompt_lengths[m]) for m in members}
-        return sum(prompts.values()) + sum(int(seq_lengths[m]) - int(prompt_lengths[m]) for m in members)
-
-    return _fill(order, budget, computed)
+    return _fill(order, budget, [int(n) for n in seq_lengths], groups, [int(p) for p in prompt_lengths])
 
 
-def _fill(order: list[int], budget: int, size: Callable[[list[int], int], int]) -> list[list[int]]:
-    """`order` cut into consecutive micro-batches, each closed when adding the next row would make `size(current,
-    row)` exceed `budget` (a row alone always fits)."""
-    groups: list[list[int]] = []
+def _fill(
+    order: list[int],
+    budget: int,
+    lengths: list[int],
+    groups: Sequence[str] | None,
+    prompts: list[int] | None,
+) -> list[list[int]]:
+    """`order` cut into consecutive micro-batches, each closed when the next row would take it past `budget`: rows x
+    the first (longest) row's length without groups, else the rows' lengths with a group's prompt counted once (a
+    row alone always fits)."""
+    parts: list[list[int]] = []
     current: list[int] = []
+    total = 0
+    seen: set[str] = set()
     for r in order:
-        if current and size(current, r) > budget:
-            groups.append(current)
-            current = []
+        if groups is None or prompts is None:
+            size = lengths[current[0] if current else r] * (len(current) + 1)
+        else:
+            size = total + lengths[r] - (prompts[r] if groups[r] in seen else 0)
+        if current and size > budget:
+            parts.append(current)
+            current, total, seen = [], 0, set()
+            size = lengths[r]
         current.append(r)
+        total = size
+        if groups is not None:
+            seen.add(groups[r])
     if current:
-        groups.append(current)
-    return groups
+        parts.append(current)
+    return parts
 
 
 def split_even(num_rows: int, parts: int) -> list[list[int]]:
