@@ -98,7 +98,8 @@ class MoEForCausalLM(nn.Module):
         ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
         `shared_prefix` [B] int64 (each within its row's real tokens, as a prompt length): a row whose first
         `shared_prefix[b]` tokens, and replayed routing there, equal an earlier row's (a GRPO group's prompt) reads
-        them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`).
+        them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`);
+        ignored with `invariant`, whose attention must see every row in full.
         `invariant`: batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
         """
         if input_ids.dim() != 2:

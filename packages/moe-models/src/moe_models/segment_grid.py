@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from moe_models.token_layout import TokenLayout
+from moe_models.token_layout import TokenLayout, kept_source, read_tokens
 
 ROW_COST_PAIRS = 1000
 """A grid row's fixed cost in the attention kernel, in key-query pairs (torch's CPU flash attention, fit over
@@ -105,13 +105,8 @@ class SegmentGrid:
     def gather(self, x: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """x `[M, heads, D]` of the layout's `tokens` `[M]` (ascending; None: all N) -> `[S, heads, U, D]`, zeros in
         cells whose token is not among them."""
-        source = self.source
-        if tokens is not None:
-            n = int(self.home.numel())
-            renumber = torch.full((n + 1,), int(tokens.numel()), dtype=torch.int64, device=tokens.device)
-            renumber[tokens] = torch.arange(int(tokens.numel()), device=tokens.device)
-            source = renumber.index_select(0, source)
-        grid = torch.cat([x, x.new_zeros(1, *x.shape[1:])]).index_select(0, source)
+        source = self.source if tokens is None else kept_source(self.source, tokens, int(self.home.numel()))
+        grid = read_tokens(x, source)
         return grid.view(self.segments, self.slots, *x.shape[1:]).transpose(1, 2)
 
 

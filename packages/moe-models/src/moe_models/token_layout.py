@@ -74,11 +74,7 @@ class TokenLayout:
         """The layout of this layout's tokens `keep` `[M]` int64 (indices into its N tokens, ascending); cells that
         read a token not kept read zeros."""
         index = keep if self.index is None else self.index.index_select(0, keep)
-        gather = None
-        if self.gather is not None:
-            renumber = torch.full((self.num_tokens + 1,), int(keep.numel()), dtype=torch.int64, device=keep.device)
-            renumber[keep] = torch.arange(int(keep.numel()), device=keep.device)
-            gather = renumber.index_select(0, self.gather)
+        gather = None if self.gather is None else kept_source(self.gather, keep, self.num_tokens)
         return TokenLayout(
             self.batch,
             self.seq,
@@ -111,10 +107,24 @@ class TokenLayout:
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """`[N, ...]` -> `[B, T, ...]`: zeros at padding cells, a shared cell its owner's value."""
         if self.gather is not None:
-            x = torch.cat([x, x.new_zeros(1, *x.shape[1:])]).index_select(0, self.gather)
+            x = read_tokens(x, self.gather)
         elif self.index is not None:
             x = x.new_zeros(self.batch * self.seq, *x.shape[1:]).index_copy(0, self.index, x)
         return x.view(self.batch, self.seq, *x.shape[1:])
+
+
+def read_tokens(x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """x `[N, ...]` read at `source` `[C]` (token indices, N: zeros) -> `[C, ...]`; the backward sums the gradients
+    of cells that read one token."""
+    return torch.cat([x, x.new_zeros(1, *x.shape[1:])]).index_select(0, source)
+
+
+def kept_source(source: torch.Tensor, keep: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """`source` (token indices of N = `num_tokens`, N: none) renumbered into the kept tokens `keep` `[M]` (ascending):
+    a kept token's index among them, M for any other."""
+    renumber = torch.full((num_tokens + 1,), int(keep.numel()), dtype=torch.int64, device=keep.device)
+    renumber[keep] = torch.arange(int(keep.numel()), device=keep.device)
+    return renumber.index_select(0, source)
 
 
 def _aliased_cells(owners: torch.Tensor, shared: torch.Tensor | None, seq: int) -> torch.Tensor:

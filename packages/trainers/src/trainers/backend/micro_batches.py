@@ -69,7 +69,7 @@ def split_by_token_budget(
         raise ValueError("split_by_token_budget: expected groups and prompt_lengths together, got one of them")
     if groups is None or prompt_lengths is None:
         order = sorted(rows, key=lambda r: (-int(seq_lengths[r]), r))
-        return _fill(order, budget, [int(seq_lengths[r]) for r in range(len(seq_lengths))], None, None)
+        return _fill(order, budget, [int(n) for n in seq_lengths], None, None)
     rank: dict[str, tuple[int, int]] = {}  # group -> (-its longest row's length, its first row)
     for r in rows:
         neg_length, first = rank.get(groups[r], (0, r))
