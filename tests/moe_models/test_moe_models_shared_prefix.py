@@ -9,8 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from moe_models import MoEConfig, MoEForCausalLM, RouterReplay
-from moe_models import segment_grid as segment_grid_module
+from moe_models import MoEConfig, MoEForCausalLM, RouterReplay, length_blocks
 from moe_models.segment_grid import SegmentGrid
 from moe_models.shared_prefix import prefix_owners
 from moe_models.token_layout import TokenLayout
@@ -74,7 +73,7 @@ def _assert_same(model: MoEForCausalLM, ids, mask, prompts, replay=None) -> None
 def test_a_shared_prefix_gives_every_row_its_full_forward(
     family: str, row_cost: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(segment_grid_module, "ROW_COST_PAIRS", row_cost)  # forces one grid: fewer or more rows
+    monkeypatch.setattr(length_blocks, "ROW_COST_PAIRS", row_cost)  # forces one grid: fewer or more rows
     model = _model(family)
     ids, mask, prompts = _group_batch(groups=3, samples=3, seed=1)
     with torch.no_grad():
@@ -90,8 +89,8 @@ def test_the_grid_choice_follows_its_cost(monkeypatch: pytest.MonkeyPatch) -> No
     layout = TokenLayout.of(ids, mask, owners=owners, shared=prompts)
     # 2 segments of 16 slots vs 8 rows of 10: the segments have fewer pairs, the rows more fixed costs
     for cost, segments in ((-(10**9), 8), (0, 2), (10**9, 2)):
-        monkeypatch.setattr(segment_grid_module, "ROW_COST_PAIRS", cost)
-        assert SegmentGrid.of(layout, owners, prompts).segments == segments
+        monkeypatch.setattr(length_blocks, "ROW_COST_PAIRS", cost)
+        assert sum(block.segments for block in SegmentGrid.of(layout, owners, prompts).blocks) == segments
 
 
 def test_only_rows_with_equal_prefix_tokens_length_and_routing_share() -> None:
@@ -123,3 +122,39 @@ def test_invariant_mode_computes_every_row_in_full() -> None:
         full = model(ids, mask, invariant=True).logits
         shared = model(ids, mask, invariant=True, shared_prefix=prompts).logits
     assert torch.equal(full, shared)
+
+
+def _long_tail_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A GRPO batch whose responses run from 1 to 24 tokens: its rows fall into blocks of several lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, prompts = [], []
+    for length in (1, 2, 3, 8, 12, 24):
+        prompt = torch.randint(1, VOCAB, (4,), generator=gen)
+        for extra in range(3):
+            rows.append(torch.cat([prompt, torch.randint(1, VOCAB, (length + extra,), generator=gen)]))
+            prompts.append(4)
+    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = r, 1
+    return ids, mask, torch.tensor(prompts)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("share", [False, True], ids=["rows", "shared"])
+def test_blocks_of_similar_length_give_the_one_grid_forward(
+    family: str, share: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _model(family)
+    ids, mask, prompts = _long_tail_batch(seed=4)
+    shared = prompts if share else None
+    layout = TokenLayout.of(ids, mask, owners=prefix_owners(ids, prompts) if share else None, shared=shared)
+    monkeypatch.setattr(length_blocks, "BLOCK_COST_PAIRS", 10**12)  # one block
+    assert len(SegmentGrid.of(layout, None, None).blocks) == 1
+    one, one_grads = _log_probs_and_grads(model, ids, mask, prompts, share)
+    monkeypatch.setattr(length_blocks, "BLOCK_COST_PAIRS", 0)  # a block per length
+    assert len(SegmentGrid.of(layout, None, None).blocks) > 4
+    cut, cut_grads = _log_probs_and_grads(model, ids, mask, prompts, share)
+    torch.testing.assert_close(cut, one, rtol=0, atol=2e-6)
+    for a, b in zip(cut_grads, one_grads, strict=True):
+        assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max()) + 1e-8

@@ -5,18 +5,19 @@ Attention runs on a grid of segments: a segment is a row and the rows that read 
 samples of one prompt), its tokens in slots `0 .. U-1` in layout order, under a mask that lets each query see the
 keys of its own row (the shared prefix included) at or before its position. Without shared prefixes a segment is a
 row and the grid is the `[B, T]` batch under the causal and padding mask; either way no real query attends to
-padding or to another row's tokens.
+padding or to another row's tokens. The grid's segments are cut into blocks of similar length (`LengthBlocks`), each
+attended on its own, so a short row is not padded to the batch's longest (invariant mode keeps one block).
 """
 
 from __future__ import annotations
 
 import torch
 
-from moe_models.attention_ops import band, softmax_attention
+from moe_models.attention_ops import softmax_attention
 from moe_models.forward_context import AttentionModule, ForwardContext, TraceHook
 from moe_models.invariant_ops import invariant_attention
 from moe_models.replay import RouterReplay
-from moe_models.segment_grid import SegmentGrid, keep_a_key
+from moe_models.segment_grid import SegmentGrid
 from moe_models.token_layout import TokenLayout
 
 
@@ -39,12 +40,12 @@ class GridContext(ForwardContext):
     ) -> None:
         super().__init__(layout.positions, invariant=invariant, trace=trace)
         self.layout = layout
-        self.grid = SegmentGrid.of(layout, owners, shared)
+        self.grid = SegmentGrid.of(layout, owners, shared, blocked=not invariant)
         self.last_layer = last_layer
         self.last_layer_queries = last_layer_queries
         self._replay = replay
         self._replay_mask = None if replay is None else layout.pack(replay.mask)  # [N]
-        self._banded: dict[int, torch.Tensor] = {}  # sliding window -> its mask
+        self._banded: dict[int | None, tuple[torch.Tensor, ...]] = {}  # sliding window -> each block's mask
 
     def queries(self, layer: int) -> torch.Tensor | None:
         return self.last_layer_queries if layer == self.last_layer else None
@@ -57,24 +58,23 @@ class GridContext(ForwardContext):
     def attend(
         self, layer: int, attn: AttentionModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """Scores on the segment grid `[S, U]`: empty slots and unwanted queries hold zeros, and no real query
-        attends to an empty slot, another row's token (nor, in a sliding layer, to keys beyond its window)."""
+        """Scores on each block of the segment grid `[S, U]`: empty slots and unwanted queries hold zeros, and no
+        real query attends to an empty slot, another row's token (nor, in a sliding layer, to keys beyond its
+        window)."""
         grid = self.grid
         wanted = self.queries(layer)
-        q = grid.gather(q, wanted)  # [S, H, U, Dk]
-        k, v = grid.gather(k), grid.gather(v)  # [S, KVH, U, D]
-        mask = self._mask(attn.sliding_window)  # [S, 1, U, U]
-        if self.invariant:
-            out = invariant_attention(q, k, v, mask[:, 0], attn.scaling, attn.sinks)
-        else:
-            out = softmax_attention(q, k, v, mask, attn.scaling, attn.sinks)  # [S, H, U, Dv]
-        out = out.transpose(1, 2).reshape(grid.segments * grid.slots, attn.num_heads * attn.value_dim)
-        return out.index_select(0, grid.home if wanted is None else grid.home.index_select(0, wanted))
+        qs = grid.gather(q, wanted)  # per block [S, H, U, Dk]
+        ks, vs = grid.gather(k), grid.gather(v)  # per block [S, KVH, U, D]
+        outs = []
+        masks = self._masks(attn.sliding_window)  # per block [S, 1, U, U]
+        for q, k, v, mask in zip(qs, ks, vs, masks, strict=True):
+            if self.invariant:
+                outs.append(invariant_attention(q, k, v, mask[:, 0], attn.scaling, attn.sinks))
+            else:
+                outs.append(softmax_attention(q, k, v, mask, attn.scaling, attn.sinks))  # [S, H, U, Dv]
+        return grid.scatter(outs, wanted)  # [M, H * Dv]
 
-    def _mask(self, window: int | None) -> torch.Tensor:
-        if window is None:
-            return self.grid.mask
+    def _masks(self, window: int | None) -> tuple[torch.Tensor, ...]:
         if window not in self._banded:
-            pos = self.grid.positions  # [S, U]
-            self._banded[window] = keep_a_key(band(self.grid.mask, pos[:, None, :], pos[:, None, None, :], window))
+            self._banded[window] = tuple(block.banded(window) for block in self.grid.blocks)
         return self._banded[window]
