@@ -3,13 +3,15 @@ partition of small sets, and on a long-tailed GRPO batch's lengths."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moe_models.length_blocks import BLOCK_COST_PAIRS, ROW_COST_PAIRS, LengthBlocks
 
 
-def _partitions(items: list[int]):
+def _partitions(items: list[int]) -> Iterator[list[list[int]]]:
     if not items:
         yield []
         return
@@ -20,7 +22,7 @@ def _partitions(items: list[int]):
             yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
 
 
-def _cost(lengths: list[int], blocks) -> int:
+def _cost(lengths: list[int], blocks: Iterable[Iterable[int]]) -> int:
     return sum(len(b) * (ROW_COST_PAIRS + max(lengths[s] for s in b) ** 2) + BLOCK_COST_PAIRS for b in blocks)
 
 

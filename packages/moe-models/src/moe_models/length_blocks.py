@@ -43,9 +43,9 @@ class LengthBlocks:
         before = np.concatenate([[0], np.cumsum(counts)])  # [D+1] segments before each distinct length
         best, cut = np.zeros(len(values) + 1), np.zeros(len(values) + 1, dtype=np.int64)
         for end in range(1, len(values) + 1):  # blocks ending before distinct length `end`
-            start = np.arange(end)  # a block's first (longest) distinct length
+            # cost[i]: the best cut before distinct length i, then one block of lengths i .. end-1 (slots values[i])
             cost = best[:end] + (before[end] - before[:end]) * (ROW_COST_PAIRS + values[:end] ** 2) + BLOCK_COST_PAIRS
-            cut[end] = int(start[np.argmin(cost)])
+            cut[end] = int(np.argmin(cost))
             best[end] = cost[cut[end]]
         blocks, slots, end = [], [], len(values)
         while end > 0:
