@@ -2,15 +2,16 @@
 
 Ours: `trainers.train_step` with the apps' defaults (the `train` section's micro-batch budget, the backend's experts
 kernel, router replay and the mismatch sample on). Transformers: the step TRL's GRPOTrainer runs on a policy, in
-micro-batches of the same budget of padded tokens, rows sorted longest first (ours without shared prompts): forward with
-the attention mask, the log-prob of each sampled token at temperature 1, a token-mean clipped-ratio loss, backward, one
+micro-batches of padded tokens split as ours would split them without shared prompts (rows sorted longest first), at
+each of `TRANSFORMERS_BUDGETS` tokens a micro-batch, its fastest counting (each printed): forward with the attention
+mask, the log-prob of each sampled token at temperature 1, a token-mean clipped-ratio loss, backward, one
 AdamW step per batch; the model is built by `AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote
 (its default attention and experts implementations, which it prints). Two shapes, both the tiny preset, each a GRPO
 batch (a group's samples share their prompt): the default task's (32 prompts x 8 samples, prompts of 10-16 tokens,
 responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as `configs/longtail.toml` draws them).
 Ours computes a group's prompt once (`backend.share_prompts`); transformers computes every row. The machine's peak is a
-large float32 matmul at the same thread count, timed in the same run. The two steps alternate (ours, theirs, ours, ...),
-so that load from elsewhere slows both alike. `ours % of peak` counts the model's matmul FLOPs, those of the
+large float32 matmul at the same thread count, timed in the same run. The steps alternate (ours, then transformers' at
+each budget, then ours again, ...), so that load from elsewhere slows all alike. `ours % of peak` counts the model's matmul FLOPs, those of the
 projections, experts, router and head (forward and backward: 6 per active parameter per real token, every token through
 every layer, also where ours skips work; attention scores, the mismatch forward and padding not counted).
 
@@ -41,6 +42,9 @@ from trainers.backend.config import TorchBackendConfig
 from trainers.backend.micro_batches import select_rows, split_by_token_budget
 
 LR = 1e-5
+TRANSFORMERS_BUDGETS = (1024, 2048, 4096)
+"""Transformers' micro-batch budgets (padded tokens), all timed: its fastest differs by shape (on the 2-core VM,
+1024 on the long-tail one, 1024-2048 on the default one)."""
 
 
 def median_seconds(step: Callable[[], None], steps: int) -> float:
@@ -69,14 +73,16 @@ def ours_step(model: MoEForCausalLM, batch: TrainBatch, max_new_tokens: int) -> 
     return lambda: train_step(backend, algorithm, batch, loop)
 
 
-def transformers_step(checkpoint: Path, batch: TrainBatch) -> Callable[[], None]:
+def transformers_step(checkpoint: Path, batch: TrainBatch, budget: int) -> Callable[[], None]:
+    """Transformers' step on `batch` in micro-batches of at most `budget` padded tokens."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).train()
-    impl = (model.config._attn_implementation, getattr(model.config, "_experts_implementation", None))
-    print(f"  transformers {type(model).__name__}: attention {impl[0]}, experts {impl[1]}", flush=True)
+    if budget == TRANSFORMERS_BUDGETS[0]:
+        impl = (model.config._attn_implementation, getattr(model.config, "_experts_implementation", None))
+        print(f"  transformers {type(model).__name__}: attention {impl[0]}, experts {impl[1]}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    lengths, budget = batch.seq_lengths.tolist(), TrainLoopConfig().micro_batch_tokens  # ours' split, unshared
+    lengths = batch.seq_lengths.tolist()
     micro = [select_rows(batch, rows) for rows in split_by_token_budget(lengths, range(batch.batch_size), budget)]
     ppo = PPOConfig()
     low, high = 1 - ppo.clip_low, 1 + ppo.clip_high
@@ -133,9 +139,13 @@ def main() -> None:
             tokens = int(batch.attention_mask.sum())
             print(f"{name}: {batch.batch_size} rows, {tokens} tokens", flush=True)
             ours_model = make_model()
-            runs = [ours_step(ours_model, batch, max_new), transformers_step(checkpoint, batch)]
-            ours, theirs = (tokens / sec for sec in interleaved_medians(runs, args.steps))
+            runs = [ours_step(ours_model, batch, max_new)]
+            runs += [transformers_step(checkpoint, batch, budget) for budget in TRANSFORMERS_BUDGETS]
+            ours, *each = (tokens / sec for sec in interleaved_medians(runs, args.steps))
+            theirs = max(each)
             share = 100 * ours * flops_per_token(ours_model) / (peak * 1e9)
+            budgets = "  ".join(f"{b}: {t:.0f}" for b, t in zip(TRANSFORMERS_BUDGETS, each, strict=True))
+            print(f"  transformers tokens/s by micro-batch budget  {budgets}", flush=True)
             print(
                 f"  ours {ours:8.0f} tokens/s  transformers {theirs:8.0f} tokens/s  ({ours / theirs:.2f}x)", flush=True
             )

@@ -22,8 +22,8 @@ class TrainLoopConfig:
     mini_batches_per_step: int = _help("optimiser steps per pass; the batch is padded to a multiple of it", 1)
     micro_batch_tokens: int = _help(
         "tokens per trainer forward: padded ones (rows x width), or where the backend shares prompts the ones it "
-        "computes (a group's prompt once; 2048: a micro-batch's activations fit the L2 cache)",
-        2048,
+        "computes (a group's prompt once)",
+        4096,
     )
     router_replay: bool = _help("replay the engine's routed experts in every trainer forward (R3)", True)
     mismatch_sample_seqs: int = _help("sequences per step also scored WITHOUT replay (mismatch metric)", 32)
