@@ -1,12 +1,13 @@
 """The torch backend's `train_step` before and after its two speed settings, on the same batches in one run.
 
-"before" is the apps' earlier default trainer (`backend.experts_kernel padded`, `train.micro_batch_tokens 8192`),
-"after" today's defaults (`looped`, `2048`). Two batches of the tiny preset with router
+"before" is the apps' default trainer before commit 17a566c (`backend.experts_kernel padded`,
+`train.micro_batch_tokens 8192`), "after" today's defaults (read from `TorchBackendConfig` and `TrainLoopConfig`;
+17a566c made them `looped`, `2048`, later commits `grouped`, `4096`). Two batches of the tiny preset with router
 replay and the mismatch sample on: the default task's shape (32 prompts x 8 samples, prompts of 10-16 tokens,
 responses of 4-12) and the long-tail shape (16 x 4, responses of 10-304 tokens drawn as `configs/longtail.toml`
-draws them). Why it helps: an activation of a whole 8192-token micro-batch ([8192, 128] fp32, 4 MiB) does not fit
-the L2 cache, so every elementwise op streams from memory; a 2048-token one does, and the looped experts kernel
-skips the zero padding of the batched one.
+draws them). What helped at 17a566c: the looped experts kernel skips the zero padding of the batched one, and a
+micro-batch's activations fit the L2 cache better at 2048 tokens than at 8192 (since blocked attention and shared
+prompts, 4096 is the faster budget: docs/benchmarks.md).
 
 Run: `uv run python benchmarks/train_step_speed.py [--steps 5] [--threads 1]`; the last line prints samples/s
 after / before.
@@ -28,8 +29,12 @@ from moe_models import MoEForCausalLM
 from trainers import TrainBatch, TrainLoopConfig, train_step
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig, TorchBackend
+from trainers.backend.config import TorchBackendConfig
 
-SETTINGS = {"before": ("padded", 8192), "after": ("looped", 2048)}
+SETTINGS = {
+    "before": ("padded", 8192),
+    "after": (TorchBackendConfig().experts_kernel, TrainLoopConfig().micro_batch_tokens),
+}
 
 
 def long_tail_batch(model: torch.nn.Module, shared_prompts: bool = False) -> TrainBatch:

@@ -4,19 +4,19 @@ Ours: `trainers.train_step` with the apps' defaults (the `train` section's micro
 kernel, router replay and the mismatch sample on). Transformers: the step TRL's GRPOTrainer runs on a policy, in
 micro-batches of padded tokens split as ours would split them without shared prompts (rows sorted longest first), at
 each of `TRANSFORMERS_BUDGETS` tokens a micro-batch, its fastest counting (each printed): forward with the attention
-mask, the log-prob of each sampled token at temperature 1, a token-mean clipped-ratio loss, backward, one
-AdamW step per batch; the model is built by `AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote
-(its default attention and experts implementations, which it prints). Two shapes, both the tiny preset, each a GRPO
-batch (a group's samples share their prompt): the default task's (32 prompts x 8 samples, prompts of 10-16 tokens,
-responses of 4-12) and the long-tail one (16 x 4, responses of 10-304 tokens as `configs/longtail.toml` draws them).
-Ours computes a group's prompt once (`backend.share_prompts`); transformers computes every row. The machine's peak is a
-large float32 matmul at the same thread count, timed in the same run. The steps alternate (ours, then transformers' at
-each budget, then ours again, ...), so that load from elsewhere slows all alike. `ours % of peak` counts the model's matmul FLOPs, those of the
+mask, the log-prob of each sampled token at temperature 1, a token-mean clipped-ratio loss, backward, one AdamW step per
+batch; the model is built by `AutoModelForCausalLM.from_pretrained` from the checkpoint our model wrote (its default
+attention and experts implementations, which it prints). Two shapes, both the tiny preset, each a GRPO batch (a group's
+samples share their prompt): the default task's (32 prompts x 8 samples, prompts of 10-16 tokens, responses of 4-12) and
+the long-tail one (16 x 4, responses of 10-304 tokens as `configs/longtail.toml` draws them). Ours computes a group's
+prompt once (`backend.share_prompts`); transformers computes every row. The machine's peak is a large float32 matmul at
+the same thread count, timed in the same run. The steps alternate (ours, then transformers' at each budget, then ours
+again, ...), so that load from elsewhere slows all alike. `ours % of peak` counts the model's matmul FLOPs, those of the
 projections, experts, router and head (forward and backward: 6 per active parameter per real token, every token through
 every layer, also where ours skips work; attention scores, the mismatch forward and padding not counted).
 
-Run: `uv run python benchmarks/train_vs_transformers.py [--steps 10] [--threads 1]`. One line per shape, the last:
-`train tokens/s ours <a> vs transformers <b> (<r>x)  peak <p> GFLOP/s  ours <m>% of peak` for each shape.
+Run: `uv run python benchmarks/train_vs_transformers.py [--steps 10] [--threads 1]`. The last lines, one per shape:
+`<shape>: train tokens/s ours <a> vs transformers <b> (<r>x)  peak <p> GFLOP/s  ours <m>% of peak`.
 """
 
 from __future__ import annotations
