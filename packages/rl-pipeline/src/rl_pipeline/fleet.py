@@ -33,6 +33,15 @@ def cause(exc: BaseException) -> str:
     return f"{type(inner).__name__}: {inner}"
 
 
+def _retrieve_when_done(future: asyncio.Future[Any]) -> None:
+    """Marks the outcome of a call nobody will read as read, now or whenever it ends.
+
+    asyncio logs an exception that was never retrieved when the future is collected, from whatever code the
+    garbage collector interrupts: a spurious error line for the user, and on CPython < 3.11.8 a traceback formatted
+    inside a running `ast.parse` breaks that parse (SystemError "AST constructor recursion depth mismatch")."""
+    future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+
 @dataclasses.dataclass
 class _Member:
     spec: RollouterSpec
@@ -92,6 +101,7 @@ class RolloutFleet:
                 f"{self.max_restarts}: giving up"
             ) from error
         self.restarts += 1
+        _retrieve_when_done(member.run)  # replaced after a failed push, its run's error may not have been read
         self.released_prompts += len(await self.broker.release.remote(member.spec.owner_id))
         ray.kill(member.handle, no_restart=True)
         # a new owner id: a late result of the dead incarnation is refused; an injected fault fires once
@@ -129,7 +139,11 @@ class RolloutFleet:
                 target.cancel()
                 state = await describe() if describe is not None else ""
                 raise PipelineError(f"{what}: no result after {timeout_s:.0f} s. {state}")
-            await self._check_runs()
+            try:
+                await self._check_runs()
+            except BaseException:
+                _retrieve_when_done(target)  # the caller gets the rollouter's error, not this call's
+                raise
 
     async def push(self, weights: Any, version: int, mode: str) -> float:
         """Every rollouter serves `version` when this returns (`weights`: an ObjectRef of its WeightHandle);

@@ -194,6 +194,8 @@ class Rollouter(NodeAware):
 
 
 def _reraise(done: set[asyncio.Task[None]]) -> None:
-    for t in done:
-        if not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+    """Raises the first error among `done`, having read every one (asyncio logs an error nobody read)."""
+    errors = [t.exception() for t in done if not t.cancelled()]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
