@@ -1,4 +1,5 @@
-"""token_log_probs is the trainer's per-token log-prob: log softmax(logits / T) at the next token."""
+"""token_log_probs is the trainer's per-token log-prob: log softmax(logits / T) at the next token, where that token
+is real (0 where it is padding)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def test_token_log_probs_equal_log_softmax_gathered_by_hand(temperature: float) 
     assert got.dtype == torch.float32
     assert got.shape == (2, 6)
     assert routed is not None and routed.shape == (2, 7, CONFIG.num_moe_layers, 2)
-    assert torch.allclose(got, _by_hand(logits, ids, temperature), atol=1e-5)
+    scored = (mask[:, :-1] * mask[:, 1:]).bool()
+    assert torch.allclose(got[scored], _by_hand(logits, ids, temperature)[scored], atol=1e-5)
+    assert (got[~scored] == 0).all()
 
 
 def test_temperature_changes_log_probs() -> None:

@@ -51,9 +51,9 @@ def _log_probs_and_grads(
     model: MoEForCausalLM, ids: torch.Tensor, mask: torch.Tensor, prompts: torch.Tensor, share: bool, replay=None
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.zero_grad(set_to_none=True)
-    lp, _, _ = model.token_log_probs_at(
+    lp = model.token_log_probs_at(
         ids, mask, None, replay=replay, logits_from=prompts - 1, shared_prefix=prompts if share else None
-    )
+    ).log_probs
     picked = lp[_response_cells(mask, prompts)]
     (picked * torch.linspace(0.5, 1.5, picked.numel())).sum().backward()
     return picked.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]

@@ -84,8 +84,11 @@ def test_a_padded_batch_gives_the_gradient_of_its_rows_alone() -> None:
     for b, n in enumerate(lengths):
         model(ids[b : b + 1, :n]).logits.sum().backward()
     for k, p in model.named_parameters():
-        scale = float(p.grad.abs().max())  # a sum over tokens: rounding grows with the gradient
-        torch.testing.assert_close(packed[k], p.grad, rtol=1e-5, atol=1e-6 * scale, msg=k)
+        # A sum over tokens: rounding grows with the gradient. The router's gradient sums products of small terms
+        # whose rounding follows the CPU's matmul kernels: 2.7e-7 of a largest 0.13 on an AVX2 CPU (1e-6 held on
+        # AVX-512), so the bound is 1e-5 of the largest.
+        scale = float(p.grad.abs().max())
+        torch.testing.assert_close(packed[k], p.grad, rtol=1e-5, atol=1e-5 * scale, msg=k)
 
 
 def test_logits_from_computes_the_wanted_positions_and_zeroes_the_others() -> None:

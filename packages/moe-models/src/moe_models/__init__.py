@@ -11,14 +11,15 @@ from moe_models.checkpoint import (
     load_state_dict_numpy,
     load_state_dict_tensors,
     save_pretrained,
+    save_weights,
     state_dict_numpy,
 )
 from moe_models.config import FAMILY_NAMES, MoEConfig
-from moe_models.model import MoEForCausalLM
+from moe_models.model import MoEForCausalLM, TokenScores
 from moe_models.moe import EXPERTS_KERNELS, ExpertsKernel, set_experts_kernel
 from moe_models.output import CausalLMOutput
 from moe_models.replay import RouterReplay
-from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, load_tokenizer
+from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, checkpoint_stop_ids, load_tokenizer
 
 __all__ = [
     "EXPERTS_KERNELS",
@@ -30,7 +31,9 @@ __all__ = [
     "MoEConfig",
     "MoEForCausalLM",
     "RouterReplay",
+    "TokenScores",
     "build_char_tokenizer",
+    "checkpoint_stop_ids",
     "hf_state_dict",
     "load_config",
     "load_pretrained",
@@ -38,6 +41,7 @@ __all__ = [
     "load_state_dict_tensors",
     "load_tokenizer",
     "save_pretrained",
+    "save_weights",
     "set_experts_kernel",
     "state_dict_numpy",
     "train_chat_tokenizer",

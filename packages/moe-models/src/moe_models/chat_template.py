@@ -32,6 +32,32 @@ CHATML_TEMPLATE = (
 )
 
 
+# A Qwen3-style template: ChatML messages, a tool result as a user message wrapped in `<tool_response>`, and the
+# `enable_thinking` option (false: every assistant turn, the generation prompt included, opens with an empty think
+# block). Like CHATML_TEMPLATE it renders each message on its own, so renderings are prefix-stable.
+QWEN3_STYLE_TEMPLATE = (
+    "{%- set no_think = enable_thinking is defined and enable_thinking is false -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['content'] is not string -%}"
+    "{{- raise_exception('chat template: message content must be a string') -}}"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'tool' -%}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if no_think -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
+    "{{- message['content'] + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if no_think -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
 class TemplateError(ValueError):
     """A chat template called `raise_exception`, or failed to render."""
 
@@ -56,10 +82,12 @@ def render_chat(
     *,
     add_generation_prompt: bool,
     special_tokens: Mapping[str, str | None] | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> str:
     """The text `template` renders for `messages` (transformers' `apply_chat_template(..., tokenize=False)`).
-    `special_tokens`: e.g. `{"eos_token": "<|im_end|>"}`, passed to the template as variables."""
-    context = {**(special_tokens or {}), "messages": [dict(m) for m in messages]}
+    `special_tokens`: e.g. `{"eos_token": "<|im_end|>"}`, passed to the template as variables; `options`: the
+    template's own variables (transformers' extra keyword arguments, e.g. `{"enable_thinking": False}`)."""
+    context = {**(special_tokens or {}), **(options or {}), "messages": [dict(m) for m in messages]}
     try:
         return _compiled(template).render(**context, add_generation_prompt=add_generation_prompt)
     except TemplateError:

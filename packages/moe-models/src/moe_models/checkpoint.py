@@ -9,6 +9,7 @@ the family's disk layout; loading accepts the disk layout or transformers' in-me
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -38,20 +39,40 @@ def _owned_state(model: MoEForCausalLM) -> dict[str, torch.Tensor]:
 
 def save_pretrained(model: MoEForCausalLM, directory: str | Path, tokenizer: SavableTokenizer | None = None) -> Path:
     """Writes config.json, generation_config.json and model.safetensors (disk layout), plus the tokenizer."""
+    return save_weights(_owned_state(model), model.config, directory, tokenizer)
+
+
+def save_weights(
+    state: Mapping[str, torch.Tensor],
+    config: MoEConfig,
+    directory: str | Path,
+    tokenizer: SavableTokenizer | None = None,
+    *,
+    stop_ids: Sequence[int] | None = None,
+) -> Path:
+    """`save_pretrained` from weights alone (canonical names, or the family's disk or transformers' in-memory
+    layout; the tied lm_head alias may be absent): config.json (with the weights' dtype), generation_config.json
+    (eos: `stop_ids`, a list when several, else config.json's) and model.safetensors in the family's disk layout,
+    plus the tokenizer. No model is built, so a large policy costs no second copy."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    config = model.config
+    fam = family(config.model_type)
+    canonical = fam.from_disk(dict(state), config)
+    if config.tie_word_embeddings:
+        canonical.pop("lm_head.weight", None)
     hf_config = config.to_hf_dict()
-    hf_config["torch_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    hf_config["torch_dtype"] = str(next(iter(canonical.values())).dtype).removeprefix("torch.")
     (path / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    eos: int | list[int] | tuple[int, ...] | None = config.eos_token_id
+    if stop_ids is not None:
+        eos = list(stop_ids) if len(stop_ids) > 1 else int(stop_ids[0])
     generation = {
         "bos_token_id": config.bos_token_id,
-        "eos_token_id": config.eos_token_id,
+        "eos_token_id": list(eos) if isinstance(eos, tuple) else eos,
         "pad_token_id": config.pad_token_id,
     }
     (path / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    disk = family(config.model_type).to_disk(_owned_state(model), config)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in disk.items()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in fam.to_disk(canonical, config).items()}
     save_file(tensors, str(path / _WEIGHTS_FILE), metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save(path)
@@ -78,11 +99,16 @@ def load_config(directory: str | Path) -> MoEConfig:
     return MoEConfig.from_hf_dict(json.loads(config_file.read_text()))
 
 
-def load_pretrained(directory: str | Path, *, dtype: torch.dtype = torch.float32) -> MoEForCausalLM:
+def load_pretrained(
+    directory: str | Path, *, dtype: torch.dtype = torch.float32, vocab_size: int | None = None
+) -> MoEForCausalLM:
     """Builds the model from config.json and loads its weights (disk or transformers' in-memory layout), in
-    `dtype`."""
+    `dtype`. `vocab_size`: the tokenizer's ids, when the embedding pads beyond them (`MoEConfig.tokenizer_vocab_size`:
+    the padding rows are never scored); None: every row is a token."""
     path = Path(directory)
     config = load_config(path)
+    if vocab_size is not None:
+        config = config.replace(tokenizer_vocab_size=vocab_size)
     model = MoEForCausalLM(config)
     load_state_dict_tensors(model, _read_weights(path))
     return model.to(dtype)

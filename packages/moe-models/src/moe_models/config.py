@@ -145,12 +145,18 @@ class MoEConfig:
     tie_word_embeddings: bool = False
     initializer_range: float = 0.02
     bos_token_id: int | None = None
-    eos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None  # config.json may list several
     pad_token_id: int | None = None
+    # Not a config.json field: the ids the run's tokenizer defines, when the embedding has more rows (checkpoints pad
+    # their vocabulary, e.g. 151,936 rows for Qwen's 151,669 ids). Rows at or beyond it are never scored: the logits
+    # have `logit_vocab_size` columns, so no engine samples a padding id and no log-prob gives one probability.
+    tokenizer_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if isinstance(self.eos_token_id, list | tuple):
+            object.__setattr__(self, "eos_token_id", tuple(int(i) for i in self.eos_token_id))
         if self.model_type not in FAMILY_NAMES:
             raise ValueError(f"model_type: got {self.model_type!r}, expected one of {list(FAMILY_NAMES)}")
         positive = (
@@ -204,8 +210,28 @@ class MoEConfig:
             raise ValueError(f"sliding_window: got {self.sliding_window!r}, expected >= 1 for sliding layers")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name}: got {value}, expected None or an id in [0, {self.vocab_size})")
+            ids = () if value is None else value if isinstance(value, tuple) else (value,)
+            if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size for i in ids):
+                raise ValueError(f"{name}: got {value}, expected None or ids in [0, {self.vocab_size})")
+        limit = self.tokenizer_vocab_size
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= self.vocab_size
+        ):
+            raise ValueError(
+                f"tokenizer_vocab_size: got {limit!r}, expected None or 1..vocab_size ({self.vocab_size}): a tokenizer "
+                "with more ids than the embedding has rows cannot be used with this checkpoint"
+            )
+
+    @property
+    def logit_vocab_size(self) -> int:
+        """The columns of the logits: the tokenizer's ids (`tokenizer_vocab_size`), else every embedding row."""
+        return self.tokenizer_vocab_size or self.vocab_size
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """`eos_token_id` as a tuple (empty when unset)."""
+        eos = self.eos_token_id
+        return () if eos is None else eos if isinstance(eos, tuple) else (eos,)
 
     @property
     def traits(self) -> FamilyTraits:

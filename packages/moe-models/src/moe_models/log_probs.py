@@ -1,5 +1,5 @@
-"""Next-token log-probs from a causal LM's logits: the one formula every forward (ours, VeOmni's, Megatron's) shares,
-so that backends differ only in how they compute the logits."""
+"""Next-token log-probs from a causal LM's whole logits, for backends whose model returns logits (VeOmni's,
+Megatron's): the formula `moe_models.head_log_probs` computes chunk by chunk from the hidden states for ours."""
 
 from __future__ import annotations
 
@@ -7,14 +7,20 @@ import torch
 
 
 def next_token_log_probs(
-    logits: torch.Tensor, input_ids: torch.Tensor, at_ids: torch.Tensor | None, *, temperature: float = 1.0
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    at_ids: torch.Tensor | None,
+    *,
+    temperature: float = 1.0,
+    vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits `[B, T, V]` (any float dtype; computed in float32), input_ids `[B, T]` int64 -> (`[B, T-1]` with
     `out[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]`, and `[B, T-1, K]` log-probs of
-    `at_ids` `[B, T-1, K]` int64 at the same rows, or None without `at_ids`)."""
+    `at_ids` `[B, T-1, K]` int64 at the same rows, or None without `at_ids`). `vocab_size`: only the first that many
+    columns are scored (the tokenizer's ids of a padded head; None: all)."""
     if not temperature > 0:
         raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
-    shifted = logits[:, :-1].float()
+    shifted = logits[:, :-1, :vocab_size].float()
     if temperature != 1.0:
         shifted = shifted / temperature
     norm = torch.logsumexp(shifted, dim=-1, keepdim=True)  # [B, T-1, 1]
@@ -27,13 +33,3 @@ def next_token_log_probs(
             )
         at = shifted.gather(-1, at_ids) - norm
     return picked.squeeze(-1), at
-
-
-def sampled_token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float) -> torch.Tensor:
-    """`next_token_log_probs`' values by the native sampler's own formula, `log_softmax(logits / T)` at the token,
-    row by row: logits `[B, T, V]`, input_ids `[B, T]` -> `[B, T-1]` float32. True on-policy mode uses it so that a
-    recomputed log-prob equals the sampled one bit for bit."""
-    if not temperature > 0:
-        raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
-    scaled = logits[:, :-1].float() / temperature
-    return scaled.log_softmax(dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)

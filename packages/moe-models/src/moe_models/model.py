@@ -3,6 +3,8 @@ in-memory layout); `moe_models.families` maps them to and from each family's own
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -11,7 +13,7 @@ from moe_models.config import MoEConfig
 from moe_models.decoder_layer import DecoderLayer
 from moe_models.forward_context import ForwardContext, TraceHook
 from moe_models.grid_context import GridContext
-from moe_models.log_probs import next_token_log_probs, sampled_token_log_probs
+from moe_models.head_log_probs import head_log_probs
 from moe_models.moe import Experts
 from moe_models.norm import RMSNorm
 from moe_models.output import CausalLMOutput
@@ -93,6 +95,7 @@ class MoEForCausalLM(nn.Module):
 
         Positions are 0..T-1 in every row. Only real tokens are computed (`GridContext`: attention runs on the
         grid, every other op on the real tokens alone); padding cells of the logits and of the routing are zeros.
+        The logits have `config.logit_vocab_size` columns: the head's rows beyond the tokenizer are never scored.
         `logits_from` [B] int64: the first position of each row whose logits are wanted (None: every position);
         the last layer runs only the wanted positions (the others lend it their keys and values), so the earlier
         ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
@@ -102,6 +105,24 @@ class MoEForCausalLM(nn.Module):
         ignored with `invariant`, whose attention must see every row in full.
         `invariant`: batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
         """
+        run = self._run(
+            input_ids, attention_mask, replay, capture_routing, logits_from, shared_prefix, invariant, trace
+        )
+        logits = run.wanted.unpack(self.logits(run.hidden, run.ctx))  # [B, T, V]
+        return CausalLMOutput(logits=logits, routed_experts=run.routed_experts)
+
+    def _run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        replay: RouterReplay | None,
+        capture_routing: bool,
+        logits_from: torch.Tensor | None,
+        shared_prefix: torch.Tensor | None,
+        invariant: bool,
+        trace: TraceHook | None,
+    ) -> _Run:
+        """The decoder over a batch (see `forward`), up to the hidden states of the wanted tokens."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: got shape {tuple(input_ids.shape)}, expected [B, T]")
         if capture_routing and logits_from is not None:
@@ -128,11 +149,10 @@ class MoEForCausalLM(nn.Module):
             trace=trace,
         )
         h, routed = self.decode(layout.pack(input_ids), ctx)  # [M, hidden]
-        logits = (layout if wanted is None else layout.subset(wanted)).unpack(self.logits(h, ctx))  # [B, T, V]
         routed_experts = None
         if capture_routing:
             routed_experts = layout.unpack(self.stack_routing(routed, layout.num_tokens))  # [B, T, L_moe, K]
-        return CausalLMOutput(logits=logits, routed_experts=routed_experts)
+        return _Run(h, layout if wanted is None else layout.subset(wanted), ctx, routed_experts)
 
     def decode(self, input_ids: torch.Tensor, ctx: ForwardContext) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The decoder, written once for every context: input_ids [N] int64 (the context's tokens) -> (hidden
@@ -150,10 +170,16 @@ class MoEForCausalLM(nn.Module):
         return h, routed
 
     def logits(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """lm_head(norm(h)): h [M, hidden] from `decode` -> [M, V] in the model's dtype."""
-        logits = ctx.linear(self.model.norm(h), self.lm_head.weight)
+        """lm_head(norm(h)): h [M, hidden] from `decode` -> [M, V] in the model's dtype, V =
+        `config.logit_vocab_size` (the head's rows of the tokenizer's ids)."""
+        logits = ctx.linear(self.model.norm(h), self.head_weight())
         ctx.record(self.config.num_hidden_layers, "logits", logits)
         return logits
+
+    def head_weight(self) -> torch.Tensor:
+        """`[V, hidden]`: the head's rows that score tokens, V = `config.logit_vocab_size` (a view: its gradient
+        reaches `lm_head.weight`, whose padding rows beyond V get none)."""
+        return self.lm_head.weight[: self.config.logit_vocab_size]
 
     @staticmethod
     def _wanted(
@@ -191,11 +217,11 @@ class MoEForCausalLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (log_probs [B, T-1] float32, routed [B, T, L_moe, K] or None).
 
-        log_probs[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]]; entries whose target
-        is padding are computed all the same (the caller masks them). `invariant`: batch-invariant ops and the
-        sampler's log-prob formula (true on-policy mode: bitwise the native engine's sampled log-probs).
+        log_probs[:, t] = log_softmax(logits[:, t] / temperature)[input_ids[:, t + 1]] where both positions are
+        real tokens, 0 elsewhere. `invariant`: batch-invariant ops and the sampler's log-prob formula (true
+        on-policy mode: bitwise the native engine's sampled log-probs).
         """
-        log_probs, _, routed = self.token_log_probs_at(
+        scores = self.token_log_probs_at(
             input_ids,
             attention_mask,
             None,
@@ -204,7 +230,7 @@ class MoEForCausalLM(nn.Module):
             capture_routing=capture_routing,
             invariant=invariant,
         )
-        return log_probs, routed
+        return scores.log_probs, scores.routed_experts
 
     def token_log_probs_at(
         self,
@@ -218,25 +244,96 @@ class MoEForCausalLM(nn.Module):
         logits_from: torch.Tensor | None = None,
         shared_prefix: torch.Tensor | None = None,
         invariant: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        with_entropy: bool = False,
+        top_k: int = 0,
+    ) -> TokenScores:
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
-        `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids). Returns
-        (log_probs [B, T-1], at [B, T-1, K] or None, routed or None). `logits_from` as in `forward`: entries before
-        it are the log-softmax of zero logits (a caller that passes it masks them); `shared_prefix` as in `forward`
-        (the rows' log-probs are unchanged by it, to float rounding). `invariant` as in
-        `token_log_probs` (with `at_ids`, `at` keeps `next_token_log_probs`' formula)."""
-        out = self(
-            input_ids,
-            attention_mask,
-            replay=replay,
-            capture_routing=capture_routing,
-            logits_from=logits_from,
-            shared_prefix=shared_prefix,
-            invariant=invariant,
+        `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids), and with
+        `with_entropy` each row's entropy and with `top_k` its k most likely ids and their log-probs (no gradient).
+        Scored entries are those whose position and next position
+        are real tokens, from `logits_from` on (as in `forward`); every other entry is 0. The logits are never
+        materialised: the head runs on the scored positions' hidden states a chunk at a time, forward and backward
+        (`moe_models.head_log_probs`). `shared_prefix` as in `forward` (the rows' log-probs are unchanged by it, to
+        float rounding); `invariant` as in `token_log_probs` (`at` keeps the plain formula)."""
+        if not temperature > 0:
+            raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
+        batch, seq = input_ids.shape
+        if at_ids is not None and tuple(at_ids.shape[:2]) != (batch, seq - 1):
+            raise ValueError(
+                f"at_ids: expected shape [B, T-1, K] = {(batch, seq - 1)} + [K], got {tuple(at_ids.shape)}"
+            )
+        run = self._run(input_ids, attention_mask, replay, capture_routing, logits_from, shared_prefix, invariant, None)
+        cells = _scored_cells(input_ids, attention_mask, logits_from)  # [C] flat indices into [B, T-1]
+        rows, cols = cells // (seq - 1), cells % (seq - 1)
+        head = head_log_probs(
+            self.model.norm(run.hidden),
+            self.head_weight(),
+            run.wanted.cell_tokens().index_select(0, rows * seq + cols),
+            input_ids[rows, cols + 1],
+            temperature=temperature,
+            at_ids=None if at_ids is None else at_ids[rows, cols],
+            linear=run.ctx.linear,
+            sampler_formula=invariant,
+            with_entropy=with_entropy,
+            top_k=top_k,
         )
-        if not invariant:
-            picked, at = next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)
-            return picked, at, out.routed_experts
-        picked = sampled_token_log_probs(out.logits, input_ids, temperature=temperature)
-        at = None if at_ids is None else next_token_log_probs(out.logits, input_ids, at_ids, temperature=temperature)[1]
-        return picked, at, out.routed_experts
+
+        def grid(values: torch.Tensor | None) -> torch.Tensor | None:
+            return None if values is None else _on_grid(values, cells, batch, seq - 1)
+
+        return TokenScores(
+            grid(head.log_probs),  # type: ignore[arg-type]
+            grid(head.at),
+            grid(head.entropy),
+            run.routed_experts,
+            grid(head.top_ids),
+            grid(head.top_log_probs),
+        )
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """`MoEForCausalLM.token_log_probs_at`'s result, on the shifted grid (entry t scores token t + 1): log_probs
+    `[B, T-1]` float32, at `[B, T-1, K]` or None, entropy `[B, T-1]` or None, routed_experts `[B, T, L_moe, K]` or
+    None, top_ids `[B, T-1, k]` int64 and top_log_probs `[B, T-1, k]` or None."""
+
+    log_probs: torch.Tensor
+    at: torch.Tensor | None
+    entropy: torch.Tensor | None
+    routed_experts: torch.Tensor | None
+    top_ids: torch.Tensor | None = None
+    top_log_probs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The decoder's output for a batch: `hidden` `[M, hidden]` (before the final norm) of the wanted tokens,
+    `wanted` their layout, the forward's context and the captured routing."""
+
+    hidden: torch.Tensor
+    wanted: TokenLayout
+    ctx: GridContext
+    routed_experts: torch.Tensor | None
+
+
+def _scored_cells(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, logits_from: torch.Tensor | None
+) -> torch.Tensor:
+    """`[C]` int64 flat indices into the shifted `[B, T-1]` grid of the entries that score a real next token from
+    `logits_from` on."""
+    batch, seq = input_ids.shape
+    device = input_ids.device
+    real = torch.ones(batch, seq, dtype=torch.bool, device=device)
+    if attention_mask is not None:
+        real = attention_mask.to(device=device, dtype=torch.bool)
+    scored = real[:, :-1] & real[:, 1:]  # [B, T-1]
+    if logits_from is not None:
+        cols = torch.arange(seq - 1, device=device)
+        scored = scored & (cols[None, :] >= logits_from.to(device)[:, None])
+    return scored.reshape(-1).nonzero().squeeze(1)
+
+
+def _on_grid(values: torch.Tensor, cells: torch.Tensor, batch: int, width: int) -> torch.Tensor:
+    """Per-cell values `[C, ...]` placed on the `[B, width, ...]` grid, zeros elsewhere (the gradient flows back)."""
+    out = values.new_zeros(batch * width, *values.shape[1:])
+    return out.index_copy(0, cells, values).view(batch, width, *values.shape[1:])

@@ -99,6 +99,16 @@ class TokenLayout:
             return cells.nonzero().squeeze(1)
         return cells.index_select(0, self.index).nonzero().squeeze(1)
 
+    def cell_tokens(self) -> torch.Tensor:
+        """`[batch * seq]` int64: the token (of the N) each cell reads, N for a padding cell."""
+        if self.gather is not None:
+            return self.gather
+        cells = self.batch * self.seq
+        if self.index is None:
+            return torch.arange(cells, device=self.positions.device)
+        out = torch.full((cells,), self.num_tokens, dtype=torch.int64, device=self.positions.device)
+        return out.index_copy_(0, self.index, torch.arange(self.num_tokens, device=self.positions.device))
+
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """`[B, T, ...]` -> `[N, ...]`."""
         flat = x.reshape(self.batch * self.seq, *x.shape[2:])

@@ -7,11 +7,12 @@ smallest tokenizer a test can build: one id per character of a given alphabet, n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from moe_models.chat_tokenizer import ChatTokenizer
+from moe_models.chat_tokenizer import ChatTokenizer, read_chat_template
 
 _TOKENIZER_FILE = "tokenizer.json"
 _CONFIG_FILE = "tokenizer_config.json"
@@ -34,6 +35,17 @@ class CharTokenizer:
         self.pad_id, self.bos_id, self.eos_id = vocab[pad_token], vocab[bos_token], vocab[eos_token]
         self._specials = {pad_token, bos_token, eos_token}
         self._chars = {t for t in vocab if t not in self._specials}
+        self.stop_ids: tuple[int, ...] = (self.eos_id,)
+        self.template_options: dict[str, object] = {}
+
+    def with_stop_ids(self, stop_ids: Sequence[int]) -> CharTokenizer:
+        """The same tokenizer whose responses also end at `stop_ids`."""
+        bad = [i for i in stop_ids if not 0 <= int(i) < self.vocab_size]
+        if bad:
+            raise ValueError(f"stop ids: got {bad}, expected ids of the tokenizer's vocabulary [0, {self.vocab_size})")
+        out = CharTokenizer(self._tok, self.pad_token, self.bos_token, self.eos_token)
+        out.stop_ids = tuple(dict.fromkeys([*self.stop_ids, *map(int, stop_ids)]))
+        return out
 
     @property
     def vocab_size(self) -> int:
@@ -99,15 +111,37 @@ def build_char_tokenizer(
     return CharTokenizer(tok, *special)
 
 
-def load_tokenizer(directory: str | Path) -> CharTokenizer | ChatTokenizer:
-    """Loads what `ChatTokenizer.save` (a tokenizer_config.json with a `chat_template`) or `CharTokenizer.save`
-    wrote."""
+def load_tokenizer(
+    directory: str | Path,
+    *,
+    template_options: Mapping[str, object] | None = None,
+    checkpoint: str | Path | None = None,
+) -> CharTokenizer | ChatTokenizer:
+    """Loads a tokenizer folder: what `CharTokenizer.save` wrote (a word-level model, no chat template), else any
+    Hugging Face tokenizer (`ChatTokenizer.load`, with `template_options`). `checkpoint`: a model folder whose
+    config.json and generation_config.json eos ids also end responses (`stop_ids`)."""
     path = Path(directory)
     config_file = path / _CONFIG_FILE
     if not (path / _TOKENIZER_FILE).exists() or not config_file.exists():
         raise ValueError(f"{path}: got no {_TOKENIZER_FILE}/{_CONFIG_FILE}, expected a saved tokenizer")
     config = json.loads(config_file.read_text())
-    if "chat_template" in config:
-        return ChatTokenizer.load(path)
-    tok = Tokenizer.from_file(str(path / _TOKENIZER_FILE))
-    return CharTokenizer(tok, config["pad_token"], config["bos_token"], config["eos_token"])
+    if read_chat_template(path, config) is None and '"type": "WordLevel"' in (path / _TOKENIZER_FILE).read_text():
+        tok = Tokenizer.from_file(str(path / _TOKENIZER_FILE))
+        char = CharTokenizer(tok, config["pad_token"], config["bos_token"], config["eos_token"])
+        return char if checkpoint is None else char.with_stop_ids(checkpoint_stop_ids(checkpoint))
+    chat = ChatTokenizer.load(path, template_options=template_options)
+    return chat if checkpoint is None else chat.with_stop_ids(checkpoint_stop_ids(checkpoint))
+
+
+def checkpoint_stop_ids(directory: str | Path) -> tuple[int, ...]:
+    """The eos ids a checkpoint folder declares: config.json's `eos_token_id` and generation_config.json's (each an
+    int, a list or absent), in that order, without repeats."""
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        file = Path(directory) / name
+        eos = json.loads(file.read_text()).get("eos_token_id") if file.is_file() else None
+        for value in eos if isinstance(eos, list) else [] if eos is None else [eos]:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{file}: eos_token_id: expected an int or a list of ints, got {eos!r}")
+            ids.append(value)
+    return tuple(dict.fromkeys(ids))

@@ -99,10 +99,16 @@ class NativeEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike[str], config: EngineConfig | None = None, **knobs: object
+        cls,
+        path: str | os.PathLike[str],
+        config: EngineConfig | None = None,
+        *,
+        vocab_size: int | None = None,
+        **knobs: object,
     ) -> NativeEngine:
-        """An engine over `moe_models.load_pretrained(path)` (an HF-format directory)."""
-        return cls(load_pretrained(path), config, **knobs)
+        """An engine over `moe_models.load_pretrained(path, vocab_size=vocab_size)` (an HF-format directory; it
+        samples only the tokenizer's `vocab_size` ids when given)."""
+        return cls(load_pretrained(path, vocab_size=vocab_size), config, **knobs)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -38,7 +38,7 @@ class TeacherScorer:
     the log-softmax (the student's training temperature); `top_k` >= 0 top entries per row (0: sampled slot only)."""
 
     def __init__(self, model: MoEForCausalLM, *, temperature: float, top_k: int = 0, batch_tokens: int = 4096) -> None:
-        vocab = model.config.vocab_size
+        vocab = model.config.logit_vocab_size
         if not temperature > 0:
             raise ValueError(f"TeacherScorer: expected temperature > 0, got {temperature}")
         if not 0 <= top_k <= vocab:
@@ -50,13 +50,22 @@ class TeacherScorer:
 
     @classmethod
     def load(
-        cls, checkpoint_dir: str | Path, *, temperature: float, top_k: int = 0, batch_tokens: int = 4096
+        cls,
+        checkpoint_dir: str | Path,
+        *,
+        temperature: float,
+        top_k: int = 0,
+        batch_tokens: int = 4096,
+        vocab_size: int | None = None,
     ) -> TeacherScorer:
-        return cls(load_pretrained(checkpoint_dir), temperature=temperature, top_k=top_k, batch_tokens=batch_tokens)
+        """`vocab_size`: the tokenizer's ids, the only ones scored (None: every embedding row)."""
+        model = load_pretrained(checkpoint_dir, vocab_size=vocab_size)
+        return cls(model, temperature=temperature, top_k=top_k, batch_tokens=batch_tokens)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.config.vocab_size)
+        """The ids it scores (the tokenizer's)."""
+        return int(self.model.config.logit_vocab_size)
 
     @property
     def max_tokens(self) -> int:
@@ -100,6 +109,8 @@ class TeacherScorer:
 
     @torch.no_grad()
     def _score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
+        """The responses' rows only, the head a chunk of rows at a time (`MoEForCausalLM.token_log_probs_at`):
+        no `[rows, length, vocab]` tensor."""
         width = max(r.num_tokens for r in requests)
         device = self.model.lm_head.weight.device
         ids = torch.zeros((len(requests), width), dtype=torch.int64)
@@ -108,21 +119,30 @@ class TeacherScorer:
             seq = [*r.prompt_ids, *r.response_ids]
             ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.int64)
             mask[b, : len(seq)] = 1
-        logits = self.model(ids.to(device), mask.to(device)).logits[:, :-1].float() / self.temperature
-        log_probs = torch.log_softmax(logits, dim=-1).cpu()  # [B, T-1, V]: row t scores token t + 1
-        return [self._one(log_probs[b], ids[b], r) for b, r in enumerate(requests)]
+        first = torch.tensor([len(r.prompt_ids) - 1 for r in requests], dtype=torch.int64)
+        scores = self.model.token_log_probs_at(
+            ids.to(device), mask.to(device), None, temperature=self.temperature, logits_from=first.to(device),
+            top_k=self.top_k,
+        )  # fmt: skip
+        sampled = scores.log_probs.cpu()  # [B, T-1]: row t scores token t + 1
+        top = None if scores.top_ids is None else (scores.top_ids.cpu(), scores.top_log_probs.cpu())  # type: ignore[union-attr]
+        return [self._one(sampled[b], top, b, ids[b], r) for b, r in enumerate(requests)]
 
-    def _one(self, log_probs: torch.Tensor, ids: torch.Tensor, r: ScoreRequest) -> TeacherScores:
+    def _one(
+        self,
+        sampled: torch.Tensor,
+        top: tuple[torch.Tensor, torch.Tensor] | None,
+        b: int,
+        ids: torch.Tensor,
+        r: ScoreRequest,
+    ) -> TeacherScores:
         p, n = len(r.prompt_ids), r.num_tokens
-        rows = log_probs[p - 1 : n - 1]  # [R, V]
         targets = ids[p:n]
-        sampled = rows.gather(-1, targets[:, None]).squeeze(-1)
-        k = self.top_k
-        top = rows.topk(k, dim=-1) if k else None
-        top_ids = top.indices if top is not None else torch.zeros((len(targets), 0), dtype=torch.int64)
-        top_lp = top.values if top is not None else torch.zeros((len(targets), 0))
+        rows = slice(p - 1, n - 1)
+        top_ids = top[0][b, rows] if top is not None else torch.zeros((len(targets), 0), dtype=torch.int64)
+        top_lp = top[1][b, rows] if top is not None else torch.zeros((len(targets), 0))
         return TeacherScores(
-            sampled=sampled.numpy().astype(np.float32),
+            sampled=sampled[rows].numpy().astype(np.float32),
             ids=top_ids.numpy().astype(np.int64),
             logprobs=top_lp.numpy().astype(np.float32),
             valid=np.ones(tuple(top_ids.shape), dtype=bool),

@@ -45,6 +45,7 @@ class StepSpec:
     seed: int
     total_steps: int
     true_on_policy: bool = False
+    vocab_size: int | None = None  # the tokenizer's ids: the only ones scored (None: every embedding row)
 
 
 class StepRunner(Protocol):
@@ -100,9 +101,10 @@ class LocalSteps:
 
         torch.manual_seed(spec.seed)
         algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
-        reference = load_pretrained(spec.checkpoint_dir) if algorithm.needs_reference else None
+        vocab = spec.vocab_size
+        reference = load_pretrained(spec.checkpoint_dir, vocab_size=vocab) if algorithm.needs_reference else None
         backend = cfg.build(
-            load_pretrained(spec.checkpoint_dir),
+            load_pretrained(spec.checkpoint_dir, vocab_size=vocab),
             spec.optim,
             temperature=spec.temperature,
             reference=reference,

@@ -28,6 +28,7 @@ PER_EXPERT = re.compile(r"^(?P<prefix>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[a
 # config.json keys whose value must be this (any other value asks for math this implementation lacks)
 FIXED_HF_VALUES: dict[str, object] = {"hidden_act": "silu"}
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+_NOT_IN_CONFIG_JSON = ("tokenizer_vocab_size",)  # MoEConfig fields that describe the run, not the checkpoint
 
 
 class Family:
@@ -66,6 +67,7 @@ class Family:
             if key in data and data[key] is not None and data[key] != expected:
                 raise ValueError(f"{self.name}: {key}: got {data[key]!r}, expected {expected!r} (not implemented)")
         names = {f.name for f in dataclasses.fields(MoEConfig)} - {"rope_scaling", "layer_types", "model_type"}
+        names -= set(_NOT_IN_CONFIG_JSON)
         names -= set(self.hf_unused_fields())
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
@@ -76,9 +78,9 @@ class Family:
         for name in _TOKEN_IDS:
             if isinstance(kwargs.get(name), list):
                 ids = kwargs[name]
-                if len(ids) != 1:
+                if len(ids) != 1 and name != "eos_token_id":
                     raise ValueError(f"{name}: got {ids}, expected a single id")
-                kwargs[name] = ids[0]
+                kwargs[name] = tuple(ids) if len(ids) != 1 else ids[0]
         kwargs["mlp_only_layers"] = tuple(kwargs.get("mlp_only_layers", ()))
         if kwargs.get("head_dim") is None and "hidden_size" in kwargs and "num_attention_heads" in kwargs:
             kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
@@ -89,8 +91,10 @@ class Family:
         """The `config.json` content transformers' class of this family reads."""
         out: dict[str, Any] = {"architectures": [self.architecture], "model_type": self.name}
         for f in dataclasses.fields(config):
-            if f.name not in ("rope_scaling", "rope_theta", "layer_types", "model_type"):
+            if f.name not in ("rope_scaling", "rope_theta", "layer_types", "model_type", *_NOT_IN_CONFIG_JSON):
                 out[f.name] = getattr(config, f.name)
+        if isinstance(config.eos_token_id, tuple):
+            out["eos_token_id"] = list(config.eos_token_id)
         out["mlp_only_layers"] = list(config.mlp_only_layers)
         out["rope_parameters"] = _rope_parameters(config)
         out.update(FIXED_HF_VALUES)

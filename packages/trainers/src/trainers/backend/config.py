@@ -186,6 +186,7 @@ class VeOmniBackendConfig:
         data_parallel: DataParallel | None,
         device: torch.device,
         reference: bool,
+        vocab_size: int | None = None,
     ) -> TrainingBackend:
         from trainers.backend.veomni.backend import VeOmniBackend
 
@@ -193,6 +194,7 @@ class VeOmniBackendConfig:
             checkpoint_dir,
             optim,
             temperature=temperature,
+            vocab_size=vocab_size,
             data_parallel=data_parallel,
             reference=reference,
             total_steps=total_steps,
@@ -252,6 +254,7 @@ class MegatronBackendConfig:
         data_parallel: DataParallel | None,
         device: torch.device,
         reference: bool,
+        vocab_size: int | None = None,
     ) -> TrainingBackend:
         from trainers.backend.megatron.backend import MegatronBackend
 
@@ -259,6 +262,7 @@ class MegatronBackendConfig:
             checkpoint_dir,
             optim,
             temperature=temperature,
+            vocab_size=vocab_size,
             data_parallel=data_parallel,
             expert_parallel=self.expert_parallel,
             reference=reference,
@@ -338,6 +342,7 @@ class RankedBackendConfig(Protocol):
         data_parallel: DataParallel | None,
         device: torch.device,
         reference: bool,
+        vocab_size: int | None = None,
     ) -> TrainingBackend: ...
 
 

@@ -135,7 +135,7 @@ class RankGroup:
         from moe_models import load_pretrained
 
         if self._model is None:
-            self._model = load_pretrained(self.spec.checkpoint_dir)
+            self._model = load_pretrained(self.spec.checkpoint_dir, vocab_size=self.spec.vocab_size)
         if self._model_version != self._version:
             weights, self._model_version = self.export_weights()
             missing, unexpected = self._model.load_state_dict(weights, strict=False)

@@ -112,6 +112,7 @@ def _build(args: RankArgs) -> tuple[TrainingBackend, Algorithm]:
         data_parallel=dp,
         device=device,
         reference=algorithm.needs_reference,
+        vocab_size=spec.vocab_size,
     )
     return backend, algorithm
 

@@ -9,8 +9,9 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from moe_models import MoEForCausalLM, RouterReplay, set_experts_kernel
+from moe_models import MoEForCausalLM, RouterReplay, TokenScores, set_experts_kernel
 
+from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel, full_state, shard_model
@@ -91,32 +92,29 @@ class TorchBackend(OptimisedModule):
         return self.dp
 
     # ------------------------------------------------------------------ forward
-    def _forward(
-        self, model: MoEForCausalLM, micro: TrainBatch, replay: bool, top_k: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """([b, t-1] log-probs, [b, t-1, K] log-probs of the teacher's top-k ids when `top_k` and the batch has
-        them, else None). Only response positions are computed: entries before a row's first response token are
-        meaningless (every consumer masks them with the response mask)."""
+    def _forward(self, model: MoEForCausalLM, micro: TrainBatch, replay: bool, training: bool = False) -> TokenScores:
+        """The micro-batch's log-probs `[b, t-1]`, with the teacher's top-k ids' `[b, t-1, K]` and the entropy when
+        `training` (and the batch has top-k ids). Only response positions are scored: entries before a row's first
+        response token are 0 (every consumer masks them with the response mask)."""
         micro = micro.to(self._device)
         routing = None
         if replay:
             if micro.replay_ids is None or micro.replay_mask is None:
                 raise ValueError("router replay: expected a batch with routing (replay_ids), got none (dense model?)")
             routing = RouterReplay(micro.replay_ids, micro.replay_mask)
-        at_ids = micro.teacher_top_ids if top_k else None
         bf16 = self.compute_dtype == "bfloat16"
         with torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
-            log_probs, at, _ = model.token_log_probs_at(
+            return model.token_log_probs_at(
                 micro.input_ids,
                 micro.attention_mask,
-                at_ids,
+                micro.teacher_top_ids if training else None,
                 temperature=self.temperature,
                 replay=routing,
                 logits_from=(micro.prompt_lengths - 1).clamp(min=0),  # the first response token's logits onwards
                 shared_prefix=micro.prompt_lengths if self.shares_prompts else None,  # a group's prompt once
                 invariant=self.true_on_policy,  # bitwise the engine's sampled log-probs and routing
+                with_entropy=training,
             )
-        return log_probs.float(), None if at is None else at.float()
 
     @torch.no_grad()
     def log_probs(
@@ -127,13 +125,17 @@ class TorchBackend(OptimisedModule):
             if self.reference is None:
                 raise ValueError("log_probs(role='reference'): expected a backend built with a reference, got none")
             model = self.reference
-        return [self._forward(model, micro, replay)[0] for micro in micro_batches]
+        return [self._forward(model, micro, replay).log_probs for micro in micro_batches]
 
     def forward_backward(self, micro: TrainBatch, loss_fn: LossFn, *, replay: bool) -> LossOutputs:
-        out = loss_fn(*self._forward(self.model, micro, replay, top_k=True))
+        scores = self._forward(self.model, micro, replay, training=True)
+        out = loss_fn(scores.log_probs, scores.at)
         world = 1 if self.dp is None else self.dp.world_size
         (out.loss * world).backward()  # FSDP2 averages gradients over ranks; the loss has global denominators
-        return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
+        means = dict(out.means)
+        if scores.entropy is not None:
+            means["actor/entropy"] = masked_mean(scores.entropy, micro.response_mask.to(self._device))
+        return LossOutputs(out.loss.detach(), means, out.sums, out.maxima)
 
     # ------------------------------------------------------------------ weights and checkpoints
     def export_weights(self) -> tuple[dict[str, torch.Tensor], int]:

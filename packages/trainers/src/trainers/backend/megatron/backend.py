@@ -67,6 +67,7 @@ class MegatronBackend(OptimisedModule):
         optim: OptimConfig | None = None,
         *,
         temperature: float = 1.0,
+        vocab_size: int | None = None,
         data_parallel: DataParallel | None = None,
         expert_parallel: int = 1,
         reference: bool = False,
@@ -87,6 +88,7 @@ class MegatronBackend(OptimisedModule):
         model = self.build.model(hf).to(self._device)
         super().__init__(model.train(), optim, total_steps=total_steps)
         self.temperature = temperature
+        self.vocab_size = vocab_size  # the tokenizer's ids: the only ones scored (None: every row)
         self.replays = install_row_replay(model)
         state_names = [n for n in base.state_dict() if n != "lm_head.weight" or not self.config.tie_word_embeddings]
         self.checkpoint = MegatronState(self.build, [n for n, _ in base.named_parameters()], state_names)
@@ -128,7 +130,9 @@ class MegatronBackend(OptimisedModule):
         with replaying(replays, rows):
             logits = gpt_logits(model, ids, mask)[:b, :t]  # [b, t, V]
         at_ids = micro.teacher_top_ids if top_k else None
-        return next_token_log_probs(logits, micro.input_ids, at_ids, temperature=self.temperature)
+        return next_token_log_probs(
+            logits, micro.input_ids, at_ids, temperature=self.temperature, vocab_size=self.vocab_size
+        )
 
     @torch.no_grad()
     def log_probs(

@@ -35,6 +35,7 @@ class VeOmniBackend(OptimisedModule):
         optim: OptimConfig | None = None,
         *,
         temperature: float = 1.0,
+        vocab_size: int | None = None,
         data_parallel: DataParallel | None = None,
         reference: bool = False,
         total_steps: int | None = None,
@@ -55,6 +56,7 @@ class VeOmniBackend(OptimisedModule):
         model = build_model(checkpoint_dir, world).to(self._device)
         super().__init__(model.train(), optim, total_steps=total_steps)
         self.temperature, self.compute_dtype = temperature, compute_dtype
+        self.vocab_size = vocab_size  # the tokenizer's ids: the only ones scored (None: every row)
         self.routers = moe_routers(model)
         self.reference: nn.Module | None = None
         self.reference_routers: list[nn.Module] = []
@@ -90,7 +92,9 @@ class VeOmniBackend(OptimisedModule):
         with replaying(routers, routing), torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask, use_cache=False).logits
         at_ids = micro.teacher_top_ids if top_k else None
-        return next_token_log_probs(logits, micro.input_ids, at_ids, temperature=self.temperature)
+        return next_token_log_probs(
+            logits, micro.input_ids, at_ids, temperature=self.temperature, vocab_size=self.vocab_size
+        )
 
     @torch.no_grad()
     def log_probs(
