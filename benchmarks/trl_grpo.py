@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from moe_models import load_pretrained, load_tokenizer
-from rl_run.setup import check_lengths
+from rl_run.setup import check_run
 from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
@@ -81,7 +81,7 @@ def main() -> None:
         got = hf_tok(row["prompt"], add_special_tokens=False)["input_ids"]
         if got != renderer.prompt_ids(ex):
             raise ValueError(f"HF tokenizer: expected {renderer.prompt_ids(ex)}, got {got} for {ex.prompt!r}")
-    max_new, _ = check_lengths(cfg, task)
+    max_new = check_run(cfg).max_new_tokens
     n_per_step = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     o = cfg.optim
     targs = GRPOConfig(

@@ -22,6 +22,7 @@ class Site:
     max_len: int = 64
     seed: int = 0
     true_on_policy: bool = False
+    vocab_size: int | None = None
 
     def threads(self) -> int:
         return self.cpu_threads or usable_cores()

@@ -28,7 +28,7 @@ def test_staging_queues_the_save_and_snapshots_the_ledger_and_completing_writes_
     calls: list[str] = []
     state = LedgerState(cursor=4, held=[1, 3], counters=LedgerCounters(leased=4, trained=2))
 
-    async def save(path: str) -> None:
+    async def save(path: str, policy: str | None) -> None:
         return None
 
     async def snapshot() -> LedgerState:
@@ -43,5 +43,5 @@ def test_staging_queues_the_save_and_snapshots_the_ledger_and_completing_writes_
         return await staged.complete(timeout_s=5.0)
 
     assert asyncio.run(scenario()) == 7
-    assert calls == [f"save{(str(trainer_state_dir(tmp_path)),)}", "snapshot()", "next step queued"]
+    assert calls == [f"save{(str(trainer_state_dir(tmp_path)), None)}", "snapshot()", "next step queued"]
     assert read_ledger(tmp_path) == state

@@ -12,7 +12,7 @@ import torch
 from ray_session.weight_sync import LocalWeightSync, WeightHandle
 from rl_pipeline.validator import Validator
 from rl_run.config import RecipeConfig
-from rl_run.setup import check_lengths
+from rl_run.setup import check_run
 from rl_tasks.warmup import ensure_base_checkpoint
 from run_config import parse_config
 from trainers.dumps import read_dump
@@ -40,14 +40,16 @@ class _LocalFetch(LocalWeightSync):
 def _validator(tmp_path: Path, warmup_cache: Path) -> tuple[Validator, dict[str, torch.Tensor]]:
     cfg = parse_config(RecipeConfig, [*TASK, "--validation.max_prompts", "8"])
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, warmup_cache)
-    max_new, max_len = check_lengths(cfg, cfg.task.build())
+    plan = check_run(cfg)
     validator = Validator(
         str(base.checkpoint_dir),
         cfg.task,
+        cfg.model,
         cfg.validation,
         str(tmp_path / "run"),
-        max_len=max_len,
-        max_new_tokens=max_new,
+        vocab_size=plan.vocab_size,
+        max_len=plan.max_len,
+        max_new_tokens=plan.max_new_tokens,
         seed=0,
         reward_timeout_s=10.0,
     )

@@ -1,6 +1,6 @@
 """Preparing a run checks what it can before touching the run directory (the context against the model's
-positions, singleton groups), claims a unique, locked directory, and on resume keeps the original config.toml and
-records the overrides in resumes.jsonl."""
+positions, singleton groups; the tokenizer's checks: test_rl_run_checkpoint_checks.py), claims a unique, locked
+directory, and on resume keeps the original config.toml and records the overrides in resumes.jsonl."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from rl_run.config import RecipeConfig, RolloutConfig, SortTaskConfig
-from rl_run.setup import check_lengths, warn_singleton_groups
+from rl_run.setup import check_run, warn_singleton_groups
 from run_config import from_dict, to_toml
 from run_loop.claim import claim_run_dir
 from run_loop.resume import RESUMES_FILE
@@ -29,10 +29,10 @@ def _cfg(run_dir: str = "", **rollout: object) -> RecipeConfig:
 def test_a_response_budget_beyond_the_models_positions_fails_before_the_run_directory_exists(tmp_path: Path) -> None:
     cfg = _cfg(str(tmp_path / "run"), max_new_tokens=3000)
     with pytest.raises(ValueError, match=r"max_position_embeddings 2048"):
-        check_lengths(cfg, cfg.task.build())
+        check_run(cfg)
     assert not (tmp_path / "run").exists()
-    max_new, max_len = check_lengths(_cfg(), SortTaskConfig(train_size=50, val_size=4).build())
-    assert max_new == 13 and max_len > max_new  # 12 digits + EOS; the prompt's tokens come first
+    plan = check_run(_cfg())
+    assert plan.max_new_tokens == 13 and plan.max_len > plan.max_new_tokens  # 12 digits + EOS; then the prompt
 
 
 def test_one_sample_per_prompt_with_a_group_estimator_warns() -> None:

@@ -63,7 +63,9 @@ def test_generate_all_hands_each_group_over_as_soon_as_it_finishes() -> None:
         running_at_hand_over[requests[0].group_id] = set(engine.running)
 
     requests = _requests({"short": 2, "long": 40})
-    trajectories = asyncio.run(generate_all(engine, Renderer(TOK, "plain"), requests, after_group=after_group))
+    never_stops = build_char_tokenizer("0123456789")
+    never_stops.stop_ids = (999,)  # the renderer's stop ids join every request's: none the engine emits either
+    trajectories = asyncio.run(generate_all(engine, Renderer(never_stops, "plain"), requests, after_group=after_group))
     assert running_at_hand_over == {"short": {"long-r0", "long-r1"}, "long": set()}
     assert [len(t.response_ids) for t in trajectories] == [2, 2, 40, 40]  # request order kept
 

@@ -42,7 +42,7 @@ def _task(**overrides: object) -> Task:
         ({"splits": TaskSplits(train=(EX,), validation=())}, "expected non-empty splits, got 1 train and 0"),
         ({"alphabet": "10+="}, "expected a sorted alphabet without duplicates, got '10\\+='"),
         ({"alphabet": "+0123="}, "characters \\['4'\\] of the data are outside the alphabet"),
-        ({"max_answer_chars": 0}, "expected max_answer_chars >= 1, got 0"),
+        ({"max_answer_chars": 0}, "expected max_answer_chars >= 1 and response_tokens >= 0, got 0, 0"),
     ],
 )
 def test_task_refuses_broken_invariants(overrides: dict[str, object], message: str) -> None:

@@ -103,7 +103,8 @@ RULE: dict[str, Rule] = {
         ("engine-adapters", "moe-models", "native-engine", "rl-rollout", "rl-tasks", "rollout-core"),
     ),
     "rl-run": Rule(
-        "One LLM RL run's assembly: the config sections both trainer apps share, the run's setup, the policy trainer",
+        "One LLM RL run's assembly: the config sections both trainer apps share, the run's setup, the policy trainer, "
+        "the policy's export",
         (
             "distillation",
             "moe-models",
@@ -111,6 +112,7 @@ RULE: dict[str, Rule] = {
             "ray-session",
             "rl-rollout",
             "rl-tasks",
+            "run-config",
             "run-logging",
             "run-loop",
             "trainers",

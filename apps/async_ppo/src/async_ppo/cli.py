@@ -32,8 +32,16 @@ def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
     return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
+def check(cfg: AsyncConfig) -> None:
+    """The run's checks that read its data, tokenizer and checkpoint (`rl_run.setup.check_run`): exit 2 on a bad
+    one, before anything is built."""
+    from rl_run.setup import check_run
+
+    check_run(cfg)
+
+
 def main(argv: list[str] | None = None) -> None:
-    cfg, resume = run_app("async_ppo", parse, argv)
+    cfg, resume = run_app("async_ppo", parse, argv, check)
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # before ray is imported: workers reuse this venv
     from async_ppo.pipeline import train
 

@@ -91,7 +91,8 @@ class Pipeline:
         validate = due(step, cfg.validation.every_steps, cfg.run.steps)
         weights = a.publish() if push or validate else None
         if checkpoint is not None:  # queued on the trainer before the next update
-            self.staged = await StagedCheckpoint.stage(a.trainer, a.broker, checkpoint, outcome.version)
+            final = step == cfg.run.steps  # the run's last checkpoint also holds the policy as an HF folder
+            self.staged = await StagedCheckpoint.stage(a.trainer, a.broker, checkpoint, outcome.version, final=final)
         after = a.submit(step + 1) if step < cfg.run.steps else None
         metrics = dict(outcome.metrics)
         if push:

@@ -29,8 +29,16 @@ def parse(argv: list[str] | None = None) -> tuple[SyncConfig, bool]:
     return resolve_run(SyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
+def check(cfg: SyncConfig) -> None:
+    """The run's checks that read its data, tokenizer and checkpoint (`rl_run.setup.check_run`): exit 2 on a bad
+    one, before anything is built."""
+    from rl_run.setup import check_run
+
+    check_run(cfg)
+
+
 def main(argv: list[str] | None = None) -> None:
-    cfg, resume = run_app("sync_ppo", parse, argv)
+    cfg, resume = run_app("sync_ppo", parse, argv, check)
     from sync_ppo.trainer import train
 
     summary = train(cfg, resume=resume)

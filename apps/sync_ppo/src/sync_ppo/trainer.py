@@ -26,6 +26,7 @@ from rl_rollout.requests import GroupSpec, step_requests
 from rl_rollout.rollout import generate_all, score_all
 from rl_rollout.samples import SampleStatus, ScoredSample
 from rl_rollout.validation import validate
+from rl_run.export import POLICY_DIR, write_policy
 from rl_run.policy_trainer import PolicyTrainer
 from rl_run.setup import RunSetup, prepare_run
 from rl_run.tensorboard_log import TensorBoardLog
@@ -141,7 +142,11 @@ class SyncPPO:
         return metrics
 
     async def save(self, step: int, folder: Path) -> int:
-        self.trainer.steps.state_dict().save(folder)
+        """The backend state; the run's last checkpoint also holds the policy as a Hugging Face folder."""
+        steps = self.trainer.steps
+        steps.state_dict().save(folder)
+        if step == self.cfg.run.steps:
+            write_policy(folder / POLICY_DIR, steps.export_weights()[0], self.s.base_dir, self.s.tokenizer)
         return self.engine.weight_version
 
     async def close(self, completed: bool) -> None:
@@ -190,13 +195,19 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
             cfg.run.seed,
             str(s.run.root / "engine"),
             true_on_policy=cfg.numerics.true_on_policy,
+            vocab_size=s.vocab_size,
         )
         engine = await cfg.rollout.engine.build(site)
         if cfg.algorithm.kind == "opd":
             teacher = await s.teachers()
             teacher_acc = teacher.roster.default.val_accuracy
         trainer = PolicyTrainer.build(
-            cfg, s.checkpoint_dir, pad_token_id=s.tokenizer.pad_id, max_new_tokens=s.max_new_tokens, run=s.run
+            cfg,
+            s.checkpoint_dir,
+            pad_token_id=s.pad_id,
+            vocab_size=s.vocab_size,
+            max_new_tokens=s.max_new_tokens,
+            run=s.run,
         )
         board = TensorBoardLog.open_if_installed(s.run.root / "tensorboard")
     except BaseException:

@@ -28,7 +28,11 @@ from distillation.teacher_engine import NativeTeacherEngineConfig, Pair, Teacher
 class NativeTeacherEngine:
     def __init__(self, cfg: NativeTeacherEngineConfig, site: TeacherSite) -> None:
         self.scorer = TeacherScorer.load(
-            site.checkpoint_dir, temperature=site.temperature, top_k=site.top_k, batch_tokens=cfg.batch_tokens
+            site.checkpoint_dir,
+            temperature=site.temperature,
+            top_k=site.top_k,
+            batch_tokens=cfg.batch_tokens,
+            vocab_size=site.vocab_size,
         )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher")
         self.busy_s, self.tokens = 0.0, 0

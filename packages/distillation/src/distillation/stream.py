@@ -116,7 +116,8 @@ async def build_teachers(
     try:
         for key, where in roster.items():
             work_dir = str(run_root / "teacher" / roster.label(key))
-            engines[key] = await cfg.engine.build(teacher_site(cfg, where, max_len, work_dir))
+            site = teacher_site(cfg, where, max_len, work_dir, vocab_size=tokenizer.vocab_size)
+            engines[key] = await cfg.engine.build(site)
     except BaseException:
         for engine in engines.values():  # the ones started before the failure
             await engine.close()

@@ -181,9 +181,10 @@ def check_roster(
 
 
 def teacher_site(
-    cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str, index: int = 0
+    cfg: TeacherConfig, teacher: TeacherCheckpoint, max_len: int, work_dir: str, index: int = 0, *, vocab_size: int
 ) -> TeacherSite:
-    return TeacherSite(str(teacher.directory), cfg.temperature, cfg.top_k, max_len, work_dir, index)
+    """`vocab_size`: the student's tokenizer's ids (the teacher shares the tokenizer, `check_teacher`)."""
+    return TeacherSite(str(teacher.directory), cfg.temperature, cfg.top_k, max_len, work_dir, index, vocab_size)
 
 
 def check_teacher(

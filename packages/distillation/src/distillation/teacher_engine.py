@@ -36,7 +36,8 @@ class TeacherEngine(Protocol):
 @dataclass(frozen=True)
 class TeacherSite:
     """What a teacher engine serves: the teacher checkpoint, the temperature and top-k of its log-probs, the longest
-    sequence it scores (prompt + response), a working directory of its own (logs) and its replica index."""
+    sequence it scores (prompt + response), a working directory of its own (logs), its replica index and the
+    tokenizer's ids it scores (`vocab_size`, the student's tokenizer; None: every embedding row)."""
 
     checkpoint_dir: str
     temperature: float
@@ -44,6 +45,7 @@ class TeacherSite:
     max_len: int
     work_dir: str
     index: int = 0
+    vocab_size: int | None = None
 
 
 @dataclass

@@ -19,7 +19,7 @@ def open_native_engine(cfg: EngineConfig, site: RolloutSite) -> NativeEngine:
     `ray.rollouter_threads`; 1 where the trainer shares the process, whatever its `run.torch_threads`: two OpenMP
     teams sharing the same cores slow both, see `native_engine.step_thread`); `kernel_threads` 0:
     `site.threads()`."""
-    model = load_pretrained(site.checkpoint_dir).to(getattr(torch, cfg.dtype))
+    model = load_pretrained(site.checkpoint_dir, vocab_size=site.vocab_size).to(getattr(torch, cfg.dtype))
     return NativeEngine(
         model,
         replace(cfg, kernel_threads=cfg.kernel_threads or site.threads()),

@@ -60,6 +60,7 @@ def _start_teachers(
         setup.cfg.teacher,
         roster,
         max_len=setup.max_len,
+        vocab_size=setup.vocab_size,
         work_dir=str(setup.run.root / "teacher"),
         timeout_s=ray_cfg.startup_timeout_s,
         crash_after_calls=faults.teacher_crash_after_calls,
@@ -98,8 +99,10 @@ def _start_roles(
         .remote(
             setup.checkpoint_dir,
             cfg.task,
+            cfg.model,
             cfg.validation,
             str(setup.run.root),
+            vocab_size=setup.vocab_size,
             max_len=setup.max_len,
             max_new_tokens=setup.max_new_tokens,
             seed=cfg.run.seed,

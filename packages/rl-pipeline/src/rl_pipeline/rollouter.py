@@ -25,8 +25,8 @@ from rl_rollout.engine_site import EngineSite
 from rl_rollout.requests import GroupSpec, group_requests
 from rl_rollout.rollout import generate_all, score_all
 from rl_rollout.samples import SampleStatus, ScoredSample
-from rl_run.config import RolloutConfig, TaskConfig
-from rl_run.setup import checkpoint_renderer
+from rl_run.config import ModelConfig, RolloutConfig, TaskConfig
+from rl_run.setup import run_renderer
 from rollout_core import PauseMode, RolloutEngine
 
 from rl_pipeline.group import FinishedGroup
@@ -44,6 +44,7 @@ class RollouterSpec:
     rollout: RolloutConfig
     group: GroupSpec
     task: TaskConfig
+    model: ModelConfig  # the run's tokenizer: `rl_run.setup.run_tokenizer`
     max_inflight_prompts: int
     partial_rollout: bool
     torch_threads: int = 1
@@ -71,7 +72,7 @@ class Rollouter(NodeAware):
         self.broker = broker
         self.teachers = dict(teachers or {})
         self.task = spec.task.build()
-        self.renderer = checkpoint_renderer(spec.site.checkpoint_dir, self.task)
+        self.renderer = run_renderer(spec.model, spec.site.checkpoint_dir, self.task)
         self.sync = RayWeightSync()
         self.engine: RolloutEngine | None = None
         self._stopping = False

@@ -21,7 +21,8 @@ def trainer_spec(s: RunSetup, pipeline: PipelineConfig) -> TrainerSpec:
         cfg=s.cfg,
         checkpoint_dir=s.checkpoint_dir,
         run_dir=str(s.run.root),
-        pad_token_id=s.tokenizer.pad_id,
+        pad_token_id=s.pad_id,
+        vocab_size=s.vocab_size,
         max_new_tokens=s.max_new_tokens,
         keep_versions=pipeline.max_staleness + 1,
         bucket_bytes=int(pipeline.bucket_mb * MIB),
@@ -45,6 +46,7 @@ def rollouter_specs(s: RunSetup, pipeline: PipelineConfig, ray: RayConfig, fault
             index=rid,
             true_on_policy=cfg.numerics.true_on_policy,
             cpu_threads=ray.rollouter_threads,
+            vocab_size=s.vocab_size,
         )
         out.append(
             RollouterSpec(
@@ -54,6 +56,7 @@ def rollouter_specs(s: RunSetup, pipeline: PipelineConfig, ray: RayConfig, fault
                 rollout=r,
                 group=group,
                 task=cfg.task,
+                model=cfg.model,
                 max_inflight_prompts=(1 + pipeline.max_staleness) * r.prompts_per_step,
                 partial_rollout=pipeline.partial_rollout,
                 torch_threads=ray.rollouter_threads,

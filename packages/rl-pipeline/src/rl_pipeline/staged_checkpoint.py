@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rl_run.export import POLICY_DIR
+
 from rl_pipeline.ledger import LedgerState
 
 LEDGER_FILE = "ledger.json"  # every prompt started but not trained (queued and in flight)
@@ -39,10 +41,14 @@ class StagedCheckpoint:
     version: int
 
     @classmethod
-    async def stage(cls, trainer: Any, broker: Any, folder: Path, version: int) -> StagedCheckpoint:
-        """Queues the trainer's save into `folder` and snapshots the broker's ledger; call it before the next
-        step's take and update are queued."""
-        saved = trainer.save.remote(str(trainer_state_dir(folder)))
+    async def stage(
+        cls, trainer: Any, broker: Any, folder: Path, version: int, *, final: bool = False
+    ) -> StagedCheckpoint:
+        """Queues the trainer's save into `folder` (with `final`, the policy as a Hugging Face folder too:
+        `rl_run.export.POLICY_DIR`) and snapshots the broker's ledger; call it before the next step's take and
+        update are queued."""
+        policy = str(folder / POLICY_DIR) if final else None
+        saved = trainer.save.remote(str(trainer_state_dir(folder)), policy)
         return cls(folder, saved, await broker.snapshot.remote(), version)
 
     async def complete(self, timeout_s: float) -> int:

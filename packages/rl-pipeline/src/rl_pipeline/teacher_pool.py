@@ -97,6 +97,7 @@ class TeacherPool:
         roster: TeacherRoster,
         *,
         max_len: int,
+        vocab_size: int,
         work_dir: str,
         timeout_s: float,
         crash_after_calls: int = 0,
@@ -128,7 +129,8 @@ class TeacherPool:
                     "max_restarts": cfg.max_restarts,
                     "max_task_retries": -1,
                 }
-                site = teacher_site(cfg, teacher, max_len, f"{work_dir}/{roster.label(key)}/replica-{i}", i)
+                work = f"{work_dir}/{roster.label(key)}/replica-{i}"
+                site = teacher_site(cfg, teacher, max_len, work, i, vocab_size=vocab_size)
                 by_key.setdefault(key, []).append(
                     ray.remote(TeacherActor)
                     .options(**options)

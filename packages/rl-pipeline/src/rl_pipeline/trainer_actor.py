@@ -18,7 +18,9 @@ import torch
 from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
 from rl_run.config import RecipeConfig
+from rl_run.export import write_policy
 from rl_run.policy_trainer import PolicyTrainer
+from rl_run.setup import run_tokenizer
 from run_logging import RunDir
 from trainers import StaleBound
 from trainers.backend import BackendState
@@ -36,6 +38,7 @@ class TrainerSpec:
     run_dir: str
     pad_token_id: int
     max_new_tokens: int
+    vocab_size: int | None  # the tokenizer's ids: the only ones scored
     keep_versions: int  # weight versions the behaviour probe remembers (max_staleness + 1)
     bucket_bytes: int
     max_staleness: int = 1
@@ -57,7 +60,12 @@ class TrainerActor(NodeAware):
         self.spec = spec
         run = self.run = RunDir(Path(spec.run_dir))
         self.trainer = PolicyTrainer.build(
-            cfg, spec.checkpoint_dir, pad_token_id=spec.pad_token_id, max_new_tokens=spec.max_new_tokens, run=run
+            cfg,
+            spec.checkpoint_dir,
+            pad_token_id=spec.pad_token_id,
+            vocab_size=spec.vocab_size,
+            max_new_tokens=spec.max_new_tokens,
+            run=run,
         )
         if resume_from is not None:
             self.trainer.steps.load_state_dict(BackendState.load(resume_from))
@@ -113,6 +121,11 @@ class TrainerActor(NodeAware):
         """The current weights in Ray's object store (owned by this actor), as a handle for the engines."""
         return self.trainer.publish(self.sync)
 
-    def save(self, directory: str) -> str:
-        self.trainer.steps.state_dict().save(directory)
+    def save(self, directory: str, policy_dir: str | None = None) -> str:
+        """The backend state into `directory`; with `policy_dir`, the policy as a Hugging Face folder too."""
+        steps = self.trainer.steps
+        steps.state_dict().save(directory)
+        if policy_dir is not None:
+            tokenizer = run_tokenizer(self.spec.cfg.model, self.spec.checkpoint_dir)
+            write_policy(Path(policy_dir), steps.export_weights()[0], self.spec.checkpoint_dir, tokenizer)
         return directory

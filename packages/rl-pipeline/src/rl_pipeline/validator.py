@@ -20,8 +20,8 @@ from ray_session.node import NodeAware
 from ray_session.weight_sync import RayWeightSync, WeightHandle
 from rl_rollout.validation import validate
 from rl_rollout.validation_config import ValidationConfig
-from rl_run.config import TaskConfig
-from rl_run.setup import checkpoint_renderer
+from rl_run.config import ModelConfig, TaskConfig
+from rl_run.setup import run_renderer
 from run_logging import RunDir
 from trainers.dumps import write_dump
 
@@ -33,9 +33,11 @@ class Validator(NodeAware):
         self,
         checkpoint_dir: str,
         task: TaskConfig,
+        model: ModelConfig,
         cfg: ValidationConfig,
         run_dir: str,
         *,
+        vocab_size: int | None,
         max_len: int,
         max_new_tokens: int,
         seed: int,
@@ -48,13 +50,14 @@ class Validator(NodeAware):
         self.cfg, self.seed, self.max_new_tokens, self.run = cfg, seed, max_new_tokens, RunDir(Path(run_dir))
         self.reward_timeout_s = reward_timeout_s
         self.task = task.build()
-        self.renderer = checkpoint_renderer(checkpoint_dir, self.task)
+        self.renderer = run_renderer(model, checkpoint_dir, self.task)
         val = self.task.splits.validation
         self.examples = val[: cfg.max_prompts] if cfg.max_prompts else val
         self.sync = RayWeightSync()
         self.engine = NativeEngine.from_pretrained(
             checkpoint_dir,
             EngineConfig(slots=VALIDATOR_SLOTS),
+            vocab_size=vocab_size,
             max_len=max_len,
             seed=seed,
             num_threads=torch_threads,

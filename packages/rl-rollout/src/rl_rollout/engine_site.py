@@ -18,7 +18,8 @@ class EngineSite:
     (longest prompt + response budget), its sampling seed, a working directory of its own (logs, pushed weights)
     and its index among the run's engines (rollouter id); `true_on_policy`: `numerics.true_on_policy`;
     `cpu_threads`: the CPU threads the engine may keep busy (an async rollouter's `ray.rollouter_threads`; 0: every
-    core this process may run on, as in apps/sync_ppo, whose generation and training take turns)."""
+    core this process may run on, as in apps/sync_ppo, whose generation and training take turns); `vocab_size`: the
+    tokenizer's ids, the only ones the engine samples (None: every embedding row)."""
 
     checkpoint_dir: str
     max_len: int
@@ -27,6 +28,7 @@ class EngineSite:
     index: int = 0
     true_on_policy: bool = False  # numerics.true_on_policy: sample with the invariant forward (native only)
     cpu_threads: int = 0
+    vocab_size: int | None = None
 
     def threads(self) -> int:
         """`cpu_threads`, or (0) the number of cores this process may run on."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,7 +27,7 @@ from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn, ScoredResponse, ScoreStatus, score_safely
 from rl_tasks.task import ToolEnv
-from rollout_core import Engine, Trajectory, TrajectoryStatus, generate_with_resume, run_agent_loop
+from rollout_core import Engine, SamplingParams, Trajectory, TrajectoryStatus, generate_with_resume, run_agent_loop
 from rollout_core.agent import ToolFn
 
 from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
@@ -64,13 +65,14 @@ async def _generate_one(
 ) -> Trajectory:
     episode = renderer.episode(request.example)
     prompt_ids = list(episode.prompt_ids)
+    params = stopping_at(request.params, renderer.tokenizer.stop_ids)
     try:
         if tool is None:
             return await generate_with_resume(
                 engine,
                 request.request_id,
                 prompt_ids,
-                request.params,
+                params,
                 partial_rollout=partial_rollout,
                 max_resumes=max_resumes,
             )
@@ -78,7 +80,7 @@ async def _generate_one(
             engine,
             request.request_id,
             prompt_ids,
-            request.params,
+            params,
             tool_fn(tool, renderer, request.example, episode),
             max_turns=tool.max_turns,
             partial_rollout=partial_rollout,
@@ -86,6 +88,13 @@ async def _generate_one(
         )
     except Exception as exc:  # the engine's error marks this one sample `error`; it is counted, never trained on
         return Trajectory(prompt_ids=prompt_ids, status=TrajectoryStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+
+
+def stopping_at(params: SamplingParams, stop_ids: Sequence[int]) -> SamplingParams:
+    """`params` whose responses also end at `stop_ids` (the tokenizer's: its EOS and every eos id the checkpoint
+    declares), whatever engine serves them."""
+    missing = [i for i in stop_ids if i not in params.stop_token_ids]
+    return dataclasses.replace(params, stop_token_ids=(*params.stop_token_ids, *missing)) if missing else params
 
 
 AfterGroup = Callable[[Sequence[GenRequest], Sequence[Trajectory]], Awaitable[None]]

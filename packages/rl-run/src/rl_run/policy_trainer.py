@@ -43,10 +43,18 @@ class PolicyTrainer:
 
     @classmethod
     def build(
-        cls, cfg: RecipeConfig, checkpoint_dir: str, *, pad_token_id: int, max_new_tokens: int, run: RunDir
+        cls,
+        cfg: RecipeConfig,
+        checkpoint_dir: str,
+        *,
+        pad_token_id: int,
+        vocab_size: int | None,
+        max_new_tokens: int,
+        run: RunDir,
     ) -> PolicyTrainer:
         """The policy (and, for a KL term, a frozen reference) from the base checkpoint, the configured backend and
-        algorithm, built where the backend config says (this process, or rank processes of their own)."""
+        algorithm, built where the backend config says (this process, or rank processes of their own); it scores the
+        tokenizer's `vocab_size` ids only (None: every embedding row)."""
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.ppo_epochs  # optimiser steps of the run
         spec = StepSpec(
             checkpoint_dir,
@@ -58,6 +66,7 @@ class PolicyTrainer:
             seed=cfg.run.seed,
             total_steps=total,
             true_on_policy=cfg.numerics.true_on_policy,
+            vocab_size=vocab_size,
         )
         engine_dtype = getattr(cfg.rollout.engine, "dtype", "float32")  # sglang: its servers' own
         return cls(

@@ -25,15 +25,18 @@ from rl_tasks.reward import RewardFn
 from rl_tasks.task import Task, TaskSplits, answer_demonstration
 
 _REWARDS = ("exact", "gsm8k")
+RESPONSE_TOKENS = 1024  # a dataset task's default response budget: room for a model to reason before its answer
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class DatasetTaskConfig:
     """`reward`: `exact` (the stripped response equals the ground truth) or `gsm8k` (the extracted final number
-    equals the ground truth's). `max_answer_chars`: one response's text budget (EOS excluded); 0 derives it as
-    the longest ground truth of either split. `default_data_source` names rows without a `data_source` ('':
-    such rows are refused). The alphabet is every character of the splits' prompts and ground truths.
+    equals the ground truth's). `max_answer_chars`: the answer's text budget (EOS excluded; the warm-up's
+    demonstrations and the shortest response budget a run may set); 0 derives it as the longest ground truth of
+    either split. `response_tokens`: the default response budget (`rollout.max_new_tokens` 0).
+    `default_data_source` names rows without a `data_source` ('': such rows are refused). The alphabet is every
+    character of the splits' prompts and ground truths.
 
     Construction checks all that needs no reading of the data, so a bad setting fails when the command line is
     parsed: `train_file` set, exactly one of `val_file` / `val_size > 0`, and each file set existing with a
@@ -60,10 +63,17 @@ class DatasetTaskConfig:
         metadata={"help": "exact: the stripped response equals the ground truth; gsm8k: its final number does"},
     )
     max_answer_chars: int = field(
-        default=0, metadata={"help": "one response's text budget (EOS excluded); 0: the longest ground truth"}
+        default=0, metadata={"help": "the answer's text budget (EOS excluded); 0: the longest ground truth"}
     )
     default_data_source: str = field(
         default="", metadata={"help": "data source of rows without one (empty: such rows are refused)"}
+    )
+    response_tokens: int = field(
+        default=RESPONSE_TOKENS,
+        metadata={
+            "help": "the response budget in tokens when rollout.max_new_tokens is 0: room to reason before the "
+            "answer (at least the longest ground truth plus its end)"
+        },
     )
     prompt_format: PromptFormat = field(default="chat", metadata=PROMPT_FORMAT_HELP)
 
@@ -73,9 +83,10 @@ class DatasetTaskConfig:
         check_prompt_format(self.prompt_format)
         if self.reward not in _REWARDS:
             raise ValueError(f"task.reward: expected one of {_REWARDS}, got {self.reward!r}")
-        if self.val_size < 0 or self.max_answer_chars < 0:
+        if self.val_size < 0 or self.max_answer_chars < 0 or self.response_tokens < 0:
             raise ValueError(
-                f"task: expected val_size >= 0 and max_answer_chars >= 0, got {self.val_size}, {self.max_answer_chars}"
+                f"task: expected val_size, max_answer_chars, response_tokens >= 0, got {self.val_size}, "
+                f"{self.max_answer_chars}, {self.response_tokens}"
             )
         if not self.train_file:
             raise ValueError("task.train_file: expected a .parquet, .jsonl or .json path, got ''")
@@ -105,7 +116,9 @@ class DatasetTaskConfig:
         splits = self.build_splits()
         examples = (*splits.train, *splits.validation)
         files = {"train": _file_sha256(self.train_file), "val": _file_sha256(self.val_file) if self.val_file else ""}
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("train_file", "val_file")}
+        fields = {
+            k: v for k, v in dataclasses.asdict(self).items() if k not in ("train_file", "val_file", "response_tokens")
+        }
         return Task(
             kind="dataset",
             splits=splits,
@@ -116,6 +129,7 @@ class DatasetTaskConfig:
             demonstrate=answer_demonstration,
             identity={"config": fields, "file_sha256": files},
             prompt_format=self.prompt_format,
+            response_tokens=self.response_tokens,
         )
 
 

@@ -25,8 +25,9 @@ class TaskTokenizer(Protocol):
     """What tasks need from a tokenizer (`moe_models.ChatTokenizer` and `moe_models.CharTokenizer` have it)."""
 
     eos_id: int
-    pad_id: int
+    pad_id: int | None
     vocab_size: int
+    stop_ids: tuple[int, ...]  # every id that ends a response, eos_id first
 
     @property
     def bos_id(self) -> int | None: ...

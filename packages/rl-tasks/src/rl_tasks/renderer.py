@@ -46,10 +46,10 @@ class Renderer:
 
     def __post_init__(self) -> None:
         check_prompt_format(self.prompt_format)
-        if self.prompt_format == "chat" and not callable(getattr(self.tokenizer, "render", None)):
+        if self.prompt_format == "chat" and getattr(self.tokenizer, "chat_template", None) is None:
             raise ValueError(
                 f"task.prompt_format chat: expected a tokenizer with a chat template, got "
-                f"{type(self.tokenizer).__name__} (use task.prompt_format plain)"
+                f"{type(self.tokenizer).__name__} without one (use task.prompt_format plain)"
             )
 
     @staticmethod

@@ -93,7 +93,10 @@ class Task:
     every prompt and ground truth is in `alphabet` (sorted, no duplicates); `max_answer_chars` >= 1 bounds one
     model turn's text (EOS excluded), so a turn's token budget is `max_answer_chars + 1`; `tool` is None for a
     single-turn task. `identity` is JSON-serialisable and holds everything that determines the task (config
-    fields and data-file hashes), so `fingerprint()` is stable across runs and machines.
+    fields and data-file hashes), so `fingerprint()` is stable across runs and machines. `response_tokens`: the
+    default budget of one model turn in tokens when a run sets none, when it must exceed the answer's (a dataset's
+    model reasons before its answer); 0: the answer's budget. It does not change the task's data, so it is not part
+    of `identity`.
     """
 
     kind: str
@@ -105,6 +108,7 @@ class Task:
     demonstrate: Callable[[TaskExample], tuple[Piece, ...]]
     identity: Mapping[str, object]
     prompt_format: str = "chat"
+    response_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_format not in ("chat", "plain"):
@@ -120,8 +124,11 @@ class Task:
             raise ValueError(
                 f"Task {self.kind!r}: expected a sorted alphabet without duplicates, got {self.alphabet!r}"
             )
-        if self.max_answer_chars < 1:
-            raise ValueError(f"Task {self.kind!r}: expected max_answer_chars >= 1, got {self.max_answer_chars}")
+        if self.max_answer_chars < 1 or self.response_tokens < 0:
+            raise ValueError(
+                f"Task {self.kind!r}: expected max_answer_chars >= 1 and response_tokens >= 0, got "
+                f"{self.max_answer_chars}, {self.response_tokens}"
+            )
         if self.tool is not None and self.tool.max_turns < 1:
             raise ValueError(f"Task {self.kind!r}: expected tool.max_turns >= 1, got {self.tool.max_turns}")
         used = {c for ex in (*self.splits.train, *self.splits.validation) for c in ex.prompt + ex.ground_truth}

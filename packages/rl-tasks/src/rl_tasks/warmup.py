@@ -147,8 +147,14 @@ def task_renderer(task: Task | TaskBuilder) -> Renderer:
 
 
 def turn_budget(task: Task) -> int:
-    """The most tokens of one model turn, EOS included: at most one token per UTF-8 byte of the longest answer."""
+    """The most tokens of one answer, EOS included: at most one token per UTF-8 byte of the longest answer."""
     return task.max_answer_chars * task.max_char_bytes + 1
+
+
+def default_response_budget(task: Task) -> int:
+    """A run's budget of one model turn when it sets none: the answer's, or the task's room to reason
+    (`Task.response_tokens`) when that is larger."""
+    return max(turn_budget(task), task.response_tokens)
 
 
 def build_base_model_config(

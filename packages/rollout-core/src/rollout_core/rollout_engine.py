@@ -36,9 +36,12 @@ class FolderWriter(Protocol):
 class RolloutSite(Protocol):
     """The base checkpoint (an HF folder), the context every call must fit, the sampling seed, true on-policy mode,
     the CPU threads the engine may keep busy (`cpu_threads` 0: `threads()` is every core this process may run on), a
-    working directory of the engine's own (logs, pushed weights) and its index among the run's engines."""
+    working directory of the engine's own (logs, pushed weights) and its index among the run's engines.
+    `vocab_size`: the tokenizer's ids; an engine never samples an id at or beyond it (the checkpoint's embedding
+    may pad beyond the tokenizer), None: every embedding row is a token."""
 
     checkpoint_dir: str
+    vocab_size: int | None
     max_len: int
     seed: int
     true_on_policy: bool

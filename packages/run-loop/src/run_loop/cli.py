@@ -91,12 +91,21 @@ def resolve_run(
     return cfg, True
 
 
-def run_app(prog: str, parse: Callable[[list[str] | None], tuple[C, bool]], argv: list[str] | None) -> tuple[C, bool]:
-    """`parse(argv)`, with a bad setting reported as `<prog>: error: ...` and exit status 2 (no traceback). From here
-    on SIGTERM ends the app as Ctrl-C does (exit status 143): its cleanup (`finally` blocks: the run directory's
-    lock, a local Ray and its temp dir, engine servers) runs instead of being skipped."""
+def run_app(
+    prog: str,
+    parse: Callable[[list[str] | None], tuple[C, bool]],
+    argv: list[str] | None,
+    check: Callable[[C], object] | None = None,
+) -> tuple[C, bool]:
+    """`parse(argv)`, then `check(config)` (the checks that read the task's data, the tokenizer and the checkpoint's
+    config before anything is built), with a bad setting reported as `<prog>: error: ...` and exit status 2 (no
+    traceback, nothing written). From here on SIGTERM ends the app as Ctrl-C does (exit status 143): its cleanup
+    (`finally` blocks: the run directory's lock, a local Ray and its temp dir, engine servers) runs instead of
+    being skipped."""
     try:
         parsed = parse(argv)
+        if check is not None:
+            check(parsed[0])
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
