@@ -4,7 +4,7 @@ with a 151,936-row embedding, beside a 151,669-id Qwen-layout tokenizer (`moe_mo
 do. Nothing is downloaded. Needs transformers (the workspace's dev group).
 
     uv run python scripts/make_hf_checkpoint.py DIR [--hidden 64 --layers 2 --experts 8]
-        [--tokenizer-layout ours|transformers] [--texts FILE.jsonl]
+        [--tokenizer-layout ours|transformers] [--texts FILE.jsonl] [--eos-probability 0.2]
 
 `--tokenizer-layout transformers` saves the tokenizer with transformers' `save_pretrained` (the chat template in
 `chat_template.jinja`, no special_tokens_map.json); `--texts` learns the tokenizer's first merges from a JSONL
@@ -46,8 +46,12 @@ def make_checkpoint(
     tokenizer_layout: str = "ours",
     texts: list[str] | None = None,
     seed: int = 0,
+    eos_probability: float = 0.0,
 ) -> Path:
-    """The checkpoint folder: config.json, generation_config.json, model.safetensors and the tokenizer files."""
+    """The checkpoint folder: config.json, generation_config.json, model.safetensors and the tokenizer files.
+    `eos_probability` > 0: the random model ends a turn (`<|im_end|>`) with about that probability at each token,
+    so responses stop before the budget (the embeddings' dimension 0 is raised to a constant that the residual
+    stream keeps, and `<|im_end|>`'s head row reads it)."""
     import torch
     import transformers
     from moe_models.full_vocab import FULL_VOCAB_ROWS, build_full_vocab_tokenizer
@@ -74,6 +78,8 @@ def make_checkpoint(
     )
     torch.manual_seed(seed)
     model = transformers.Qwen3MoeForCausalLM(config)
+    if eos_probability > 0:
+        _end_turns(model, im_end, eos_probability, tokenizer.vocab_size)
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=end_of_text, eos_token_id=[im_end, end_of_text], pad_token_id=end_of_text
     )
@@ -90,6 +96,20 @@ def make_checkpoint(
     return directory
 
 
+def _end_turns(model: object, im_end: int, probability: float, tokens: int) -> None:
+    """`<|im_end|>` gets logit log(p / (1 - p) * tokens) against ~0 for every other token (see `make_checkpoint`)."""
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] += 8.0  # type: ignore[attr-defined]
+        normed = 8.0 / math.sqrt(64.0 / model.config.hidden_size)  # type: ignore[attr-defined]  # dim 0 after the norm
+        head = model.lm_head.weight  # type: ignore[attr-defined]
+        head[im_end] = 0.0
+        head[im_end, 0] = math.log(probability / (1 - probability) * tokens) / normed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", type=Path)
@@ -98,6 +118,9 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--tokenizer-layout", choices=("ours", "transformers"), default="ours")
     parser.add_argument("--texts", type=Path, default=None, help="a JSONL file whose prompts and answers train merges")
+    parser.add_argument(
+        "--eos-probability", type=float, default=0.0, help="make the random model end a turn with ~this probability"
+    )
     args = parser.parse_args()
     path = make_checkpoint(
         args.directory,
@@ -106,6 +129,7 @@ def main() -> None:
         experts=args.experts,
         tokenizer_layout=args.tokenizer_layout,
         texts=_texts(args.texts),
+        eos_probability=args.eos_probability,
     )
     print(f"wrote {path}: {sorted(p.name for p in path.iterdir())}")
 

@@ -37,16 +37,16 @@ def _brute(h, w, token, target, at_ids, temperature):
     cells=st.integers(1, 14),
     chunk_rows=st.integers(1, 10),
     temperature=st.sampled_from([1.0, 0.6, 1.7]),
-    sampler_formula=st.booleans(),
+    log_softmax=st.booleans(),
 )
 def test_chunked_head_equals_the_whole_logits_forward_and_backward(
-    seed: int, tokens: int, cells: int, chunk_rows: int, temperature: float, sampler_formula: bool
+    seed: int, tokens: int, cells: int, chunk_rows: int, temperature: float, log_softmax: bool
 ) -> None:
     vocab = 11
     h, w, token, target, at_ids = _case(seed, tokens, cells, vocab)
     h1, w1 = h.clone().requires_grad_(), w.clone().requires_grad_()
     got = head_log_probs(
-        h1, w1, token, target, temperature=temperature, at_ids=at_ids, sampler_formula=sampler_formula,
+        h1, w1, token, target, temperature=temperature, at_ids=at_ids, log_softmax=log_softmax,
         with_entropy=True, chunk_elements=chunk_rows * vocab,
     )  # fmt: skip
     h2, w2 = h.clone().requires_grad_(), w.clone().requires_grad_()
@@ -61,6 +61,18 @@ def test_chunked_head_equals_the_whole_logits_forward_and_backward(
     # and its gradients, summed over up to 14 cells, carry more
     torch.testing.assert_close(h1.grad, h2.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_the_log_softmax_formula_gives_log_softmax_gather_bit_for_bit_forward_and_backward() -> None:
+    h, w, _, target, _ = _case(4, tokens=8, cells=8, vocab=17)
+    h1, h2 = h.clone().requires_grad_(), h.clone().requires_grad_()
+    got = head_log_probs(h1, w, torch.arange(8), target, log_softmax=True)
+    want = (h2 @ w.t()).log_softmax(-1).gather(1, target[:, None]).squeeze(1)
+    assert torch.equal(got.log_probs, want)
+    weights = torch.linspace(0.5, 1.5, 8, dtype=torch.float64)
+    (got.log_probs * weights).sum().backward()
+    (want * weights).sum().backward()
+    assert torch.equal(h1.grad, h2.grad)
 
 
 def test_one_chunk_gives_the_whole_logits_numbers_bit_for_bit() -> None:

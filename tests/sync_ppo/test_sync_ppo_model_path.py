@@ -1,11 +1,16 @@
 """`apps/sync_ppo --model.path DIR` on a checkpoint of every supported family that transformers' own class wrote
 (random weights, the task's tokenizer files beside it): no warm-up, two steps train and validate, and the run's base is
-that checkpoint. The run is the app as a user runs it (a subprocess)."""
+that checkpoint. The run is the app as a user runs it (a subprocess). At production size (a 151,936-row embedding,
+a 151,669-id Qwen-layout tokenizer, config.json's eos `<|endoftext|>` and the chat's `<|im_end|>`): no sampled id
+beyond the tokenizer, responses end at the chat's eos, peak RSS under 4 GB, the final checkpoint's policy loads in
+transformers with our logits; a tokenizer saved by transformers itself on GSM8K-style rows. A checkpoint that
+cannot work is refused while the command line is parsed (exit 2, no run directory)."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +20,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(ROOT / "scripts"))
+from make_hf_checkpoint import make_checkpoint  # noqa: E402
+
+QWEN_TOKENIZER, IM_END, END_OF_TEXT = 151_669, 151_645, 151_643
 
 
 def _hf_model(family: str, vocab: int, eos: int, pad: int) -> torch.nn.Module:
@@ -75,3 +84,84 @@ def test_sync_ppo_trains_a_transformers_checkpoint_of_every_family(family: str, 
     assert {r["step"] for r in rows} >= {0, 1, 2} and any("val/greedy_acc" in r for r in rows)
     assert not (tmp_path / "warmup").exists()  # no warm-up: the checkpoint is the base
     assert json.loads((checkpoint / "config.json").read_text())["model_type"] == family
+
+
+def test_a_checkpoint_whose_tokenizer_outgrows_its_embedding_exits_2_while_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
+    from rl_tasks import ToyTaskConfig
+    from rl_tasks.task_tokenizer import build_task_tokenizer
+    from sync_ppo.cli import main
+
+    tokenizer = build_task_tokenizer(ToyTaskConfig(addition_weight=0.0).build())
+    small = MoEConfig.preset("tiny", vocab_size=tokenizer.vocab_size - 1, num_hidden_layers=1)
+    save_pretrained(MoEForCausalLM(small), tmp_path / "ckpt", tokenizer)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model.path", str(tmp_path / "ckpt")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sync_ppo: error: tokenizer: got") and "embedding rows" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no run directory
+
+
+def _run(flags: list[str], run_dir: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The app as a user runs it; returns the process and its peak RSS in GB."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+    argv = [sys.executable, str(ROOT / "apps" / "sync_ppo"), *flags, "--run.dir", str(run_dir),
+            "--run.warmup_cache", str(tmp_path / "warmup"), "--run.progress", "false"]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak >= before  # the largest child so far: this one, unless an earlier child was larger
+    return done, peak / 2**20
+
+
+def _responses(run_dir: Path) -> list[dict[str, object]]:
+    return [
+        json.loads(line) for f in sorted((run_dir / "rollouts").glob("*.jsonl")) for line in f.read_text().splitlines()
+    ]
+
+
+@pytest.mark.slow
+def test_a_full_size_checkpoint_trains_within_4_gb_samples_its_tokenizer_and_exports(tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(tmp_path / "ckpt", eos_probability=0.2)
+    done, peak_gb = _run(["--model.path", str(checkpoint), "--run.steps", "2"], tmp_path / "run", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert peak_gb <= 4.0
+    rows = _responses(tmp_path / "run")
+    ids = [t for r in rows for t in r["response_ids"]]  # type: ignore[union-attr]
+    assert ids and max(ids) < QWEN_TOKENIZER
+    stopped = [r["response_ids"] for r in rows if r["stop_reason"] == "stop"]
+    assert len(stopped) > len(rows) // 2 and all(s[-1] in (IM_END, END_OF_TEXT) for s in stopped)  # type: ignore[index]
+    assert all(IM_END not in r["response_ids"][:-1] for r in rows)  # type: ignore[index]
+    policy = tmp_path / "run" / "checkpoints" / "2" / "policy"
+    from moe_models import load_pretrained
+
+    ours = load_pretrained(policy, vocab_size=QWEN_TOKENIZER).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32).eval()
+    ids_in = torch.tensor([[151_644, 872, 198, 100, 200, 300, IM_END, 198, 151_644, 77091, 198]])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids_in).logits[..., :QWEN_TOKENIZER], ours(ids_in).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_tokenizer_saved_by_transformers_on_gsm8k_style_rows_runs_with_room_to_reason(tmp_path: Path) -> None:
+    rows = tmp_path / "gsm8k.jsonl"
+    rows.write_text("".join(
+        json.dumps({"prompt": [{"role": "user", "content": f"Ken has {a} cards and buys {b} more. How many now?"}],
+                    "reward_model": {"ground_truth": str(a + b)}, "data_source": "gsm8k_style"}) + "\n"
+        for a in range(3, 9) for b in range(2, 6)
+    ))  # fmt: skip
+    checkpoint = make_checkpoint(tmp_path / "ckpt", tokenizer_layout="transformers", eos_probability=0.02)
+    assert (checkpoint / "chat_template.jinja").is_file()
+    flags = ["--model.path", str(checkpoint), "--task", "dataset", "--task.train_file", str(rows),
+             "--task.val_size", "4", "--task.reward", "gsm8k", "--run.steps", "2", "--rollout.prompts_per_step", "2",
+             "--rollout.samples_per_prompt", "2", "--validation.max_prompts", "2"]  # fmt: skip
+    done, _ = _run(flags, tmp_path / "run", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = (tmp_path / "run" / "config.toml").read_text()
+    assert "max_new_tokens = 0" in config and "response_tokens = 1024" in config
+    longest = max(len(r["response_ids"]) for r in _responses(tmp_path / "run"))  # type: ignore[arg-type]
+    assert longest > 16  # the budget is 1024 tokens, not the answer's 3

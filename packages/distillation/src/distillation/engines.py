@@ -83,7 +83,14 @@ class VLLMTeacherEngine:
         """Starts the server, waits for it off the event loop; any failure stops the server."""
         config = teacher_server_config(cfg, site)
         server = await start_healthy_vllm_server(config, Path(site.work_dir) / VLLM_TEACHER_LOG)
-        return cls(server, VLLMTeacher(server.base_url, temperature=site.temperature, top_k=site.top_k))
+        teacher = VLLMTeacher(server.base_url, temperature=site.temperature, top_k=site.top_k)
+        try:
+            await teacher.score_only(site.vocab_size)
+        except BaseException:
+            await teacher.close()
+            server.stop()
+            raise
+        return cls(server, teacher)
 
     async def score(self, pairs: Sequence[Pair]) -> list[TeacherScores]:
         t0 = time.perf_counter()

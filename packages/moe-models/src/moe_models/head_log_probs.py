@@ -6,16 +6,19 @@ A *cell* is one scored position of a batch: it reads the hidden state of one com
 `h`; several cells may read one token, as a GRPO group's rows read their shared prompt's last position) and scores
 its own next token (`target`), and optionally K other ids (`at_ids`, a teacher's top-k). Per cell:
 
-    z        = linear(h[token], weight) / T    (float32; `weight` holds only the scored vocabulary)
-    log_prob = z[target] - logsumexp(z)        (the sampler's `log_softmax(z)[target]` with `sampler_formula`)
+    z        = linear(h[token], weight) / T    (float32, or float64 for float64 weights; `weight`: the scored ids)
+    log_prob = z[target] - logsumexp(z)        (`log_softmax(z)[target]` with `log_softmax`)
     at[k]    = z[at_ids[k]] - logsumexp(z)
     entropy  = logsumexp(z) - sum(softmax(z) * z)          (no gradient; only when asked)
     top-k    = the k largest z[i] - logsumexp(z), their ids  (no gradient; only when asked: a teacher's scores)
 
 The backward recomputes each chunk's logits and writes d/dz = onehot(target) g - softmax(z) g (plus the at terms)
 into the gradients of `h` and `weight` chunk by chunk. A chunk's matmul and its row-wise reductions are those of a
-whole-batch computation on the same rows, so a batch that fits one chunk gets the same numbers, bit for bit; under
-autocast the forward's matmul dtype is used again in the backward.
+whole-batch computation on the same rows, so a batch that fits one chunk gets the same numbers, bit for bit: with the
+default formula those of `z.gather(target) - logsumexp(z)` under autograd, with `log_softmax` those of
+`log_softmax(z).gather(target)` (the backward is PyTorch's own log-softmax backward). The native sampler reports
+`log_softmax(z)[token]`, so true on-policy mode scores with that formula. Under autocast the forward's matmul dtype
+is used again in the backward.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class HeadLogProbs:
-    """Per cell `[C]` float32: the target's log-prob (with gradient), the at-ids' log-probs `[C, K]` (with
-    gradient; None without at-ids), the entropy (no gradient; None unless asked) and the `top_k` most likely ids
-    `[C, k]` int64 with their log-probs `[C, k]` (no gradient; None unless asked)."""
+    """Per cell `[C]` float32 (float64 for float64 weights): the target's log-prob (with gradient), the at-ids'
+    log-probs `[C, K]` (with gradient; None without at-ids), the entropy (no gradient; None unless asked) and the
+    `top_k` most likely ids `[C, k]` int64 with their log-probs `[C, k]` (no gradient; None unless asked)."""
 
     log_probs: torch.Tensor
     at: torch.Tensor | None
@@ -82,7 +85,7 @@ class _ChunkedHead(torch.autograd.Function):
         at_ids: torch.Tensor | None,
         temperature: float,
         linear: Linear,
-        sampler_formula: bool,
+        log_softmax: bool,
         with_entropy: bool,
         top_k: int,
         chunk_rows: int,
@@ -90,20 +93,21 @@ class _ChunkedHead(torch.autograd.Function):
         device = h.device
         cells = int(token.numel())
         plan = _plan(token, h.shape[0], chunk_rows)
-        log_probs = torch.zeros(cells, dtype=torch.float32, device=device)
-        lse = torch.zeros(cells, dtype=torch.float32, device=device)
-        at = torch.zeros(cells, at_ids.shape[1] if at_ids is not None else 0, dtype=torch.float32, device=device)
-        entropy = torch.zeros(cells if with_entropy else 0, dtype=torch.float32, device=device)
+        dtype = _score_dtype(h.dtype)
+        log_probs = torch.zeros(cells, dtype=dtype, device=device)
+        lse = torch.zeros(cells, dtype=dtype, device=device)
+        at = torch.zeros(cells, at_ids.shape[1] if at_ids is not None else 0, dtype=dtype, device=device)
+        entropy = torch.zeros(cells if with_entropy else 0, dtype=dtype, device=device)
         top_ids = torch.zeros(cells, top_k, dtype=torch.int64, device=device)
-        top_lp = torch.zeros(cells, top_k, dtype=torch.float32, device=device)
-        z_dtype = torch.float32
+        top_lp = torch.zeros(cells, top_k, dtype=dtype, device=device)
+        z_dtype = dtype
         for start, end, a, b in plan.chunks:
             rows = _cells(plan, a, b)
-            z, z_dtype = _logits(h, weight, start, end, plan, a, b, temperature, linear)  # [c, V] float32
+            z, z_dtype = _logits(h, weight, start, end, plan, a, b, temperature, linear)  # [c, V]
             norm = torch.logsumexp(z, dim=-1)  # [c]
             lse[rows] = norm
             picked = target[rows, None]
-            if sampler_formula:
+            if log_softmax:
                 log_probs[rows] = z.log_softmax(dim=-1).gather(-1, picked).squeeze(1)
             else:
                 log_probs[rows] = (z.gather(-1, picked) - norm[:, None]).squeeze(1)
@@ -116,6 +120,7 @@ class _ChunkedHead(torch.autograd.Function):
                 top_ids[rows], top_lp[rows] = best.indices, best.values - norm[:, None]
         ctx.save_for_backward(h, weight, token, target, at_ids, lse)
         ctx.plan, ctx.temperature, ctx.linear, ctx.z_dtype = plan, temperature, linear, z_dtype
+        ctx.log_softmax = log_softmax
         ctx.autocast = _autocast_state(device)
         ctx.mark_non_differentiable(entropy, top_ids, top_lp)
         return log_probs, at, entropy, top_ids, top_lp
@@ -130,16 +135,49 @@ class _ChunkedHead(torch.autograd.Function):
             for start, end, a, b in plan.chunks:
                 rows = _cells(plan, a, b)
                 z, _ = _logits(h, weight, start, end, plan, a, b, ctx.temperature, ctx.linear)
-                scale = g_lp[rows] if at_ids is None else g_lp[rows] + g_at[rows].sum(dim=-1)
-                g = (z - lse[rows, None]).exp() * -scale[:, None]  # [c, V] the logsumexp term
-                g.scatter_add_(1, target[rows, None], g_lp[rows, None])
-                if at_ids is not None:
-                    g.scatter_add_(1, at_ids[rows], g_at[rows])
+                at_rows = None if at_ids is None else (at_ids[rows], g_at[rows])
+                if ctx.log_softmax:
+                    g = _log_softmax_grad(z, target[rows], g_lp[rows], at_rows)
+                else:
+                    g = _logsumexp_grad(z, lse[rows], target[rows], g_lp[rows], at_rows)
                 if ctx.temperature != 1.0:
                     g = g / ctx.temperature
                 g = _per_token(g.to(ctx.z_dtype), plan, start, end, a, b)  # [end - start, V]
                 _accumulate(g, h[start:end], weight, grad_h, grad_w, start, ctx.autocast)
         return grad_h, grad_w, None, None, None, None, None, None, None, None, None
+
+
+def _logsumexp_grad(
+    z: torch.Tensor,
+    lse: torch.Tensor,
+    target: torch.Tensor,
+    g_lp: torch.Tensor,
+    at: tuple[torch.Tensor, torch.Tensor] | None,
+) -> torch.Tensor:
+    """d/dz of `z[target] - logsumexp(z)` (and the at terms) weighted by their gradients, as autograd computes it."""
+    scale = g_lp if at is None else g_lp + at[1].sum(dim=-1)
+    g = (z - lse[:, None]).exp() * -scale[:, None]  # [c, V] the logsumexp term
+    g.scatter_add_(1, target[:, None], g_lp[:, None])
+    if at is not None:
+        g.scatter_add_(1, at[0], at[1])
+    return g
+
+
+def _log_softmax_grad(
+    z: torch.Tensor, target: torch.Tensor, g_lp: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor] | None
+) -> torch.Tensor:
+    """d/dz of `log_softmax(z)[target]` (and the at terms) weighted by their gradients: PyTorch's own log-softmax
+    backward, so the numbers are those of `log_softmax(z).gather(...)` and `cross_entropy` under autograd."""
+    out = z.log_softmax(dim=-1)
+    grad_out = torch.zeros_like(z).scatter_(1, target[:, None], g_lp[:, None])
+    if at is not None:
+        grad_out.scatter_add_(1, at[0], at[1])
+    return torch.ops.aten._log_softmax_backward_data(grad_out, out, 1, z.dtype)
+
+
+def _score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The logits' arithmetic: float32, or float64 for float64 weights."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _logits(
@@ -153,13 +191,13 @@ def _logits(
     temperature: float,
     linear: Linear,
 ) -> tuple[torch.Tensor, torch.dtype]:
-    """`[b - a, V]` float32 logits / T of the cells a..b (sorted order), which read tokens start..end, and the
-    matmul's own dtype."""
+    """`[b - a, V]` logits / T (float32, or float64) of the cells a..b (sorted order), which read tokens
+    start..end, and the matmul's own dtype."""
     z = linear(h[start:end], weight)  # [end - start, V]
     dtype = z.dtype
     if plan.order is not None:
         z = z.index_select(0, plan.sorted_tokens[a:b] - start)
-    z = z.float()
+    z = z.to(_score_dtype(dtype))
     if temperature != 1.0:
         z = z / temperature
     return z, dtype
@@ -208,7 +246,7 @@ def head_log_probs(
     temperature: float = 1.0,
     at_ids: torch.Tensor | None = None,
     linear: Linear = F.linear,
-    sampler_formula: bool = False,
+    log_softmax: bool = False,
     with_entropy: bool = False,
     top_k: int = 0,
     chunk_elements: int = HEAD_CHUNK_ELEMENTS,
@@ -216,8 +254,8 @@ def head_log_probs(
     """h `[N, hidden]` (the final-normed hidden states of the computed tokens), weight `[V, hidden]` (the head's
     rows of the scored vocabulary), token `[C]` int64 (the row of `h` each cell reads), target `[C]` int64 (ids in
     `[0, V)`), at_ids `[C, K]` int64 or None. `linear(x, weight)` computes the logits (a batch-invariant one in true
-    on-policy mode); `sampler_formula` scores the target with `log_softmax(z)[target]`, the native sampler's own
-    formula, so that a recomputed log-prob equals the sampled one bit for bit."""
+    on-policy mode); `log_softmax` scores the target with `log_softmax(z)[target]`, the native sampler's own
+    formula (so that a recomputed log-prob equals the sampled one bit for bit)."""
     if not temperature > 0:
         raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
     if token.shape != target.shape or token.dim() != 1:
@@ -228,7 +266,7 @@ def head_log_probs(
         raise ValueError(f"top_k: got {top_k}, expected 0..{weight.shape[0]} (the scored vocabulary)")
     rows = max(1, chunk_elements // max(1, weight.shape[0]))
     log_probs, at, entropy, top_ids, top_lp = _ChunkedHead.apply(
-        h, weight, token, target, at_ids, temperature, linear, sampler_formula, with_entropy, top_k, rows
+        h, weight, token, target, at_ids, temperature, linear, log_softmax, with_entropy, top_k, rows
     )
     return HeadLogProbs(
         log_probs,

@@ -246,6 +246,7 @@ class MoEForCausalLM(nn.Module):
         invariant: bool = False,
         with_entropy: bool = False,
         top_k: int = 0,
+        log_softmax: bool = False,
     ) -> TokenScores:
         """`token_log_probs`, plus the log-probs of other tokens at every row: `at_ids` `[B, T-1, K]` int64 gives
         `at[:, t, k] = log_softmax(logits[:, t] / temperature)[at_ids[:, t, k]]` (None: no extra ids), and with
@@ -273,7 +274,7 @@ class MoEForCausalLM(nn.Module):
             temperature=temperature,
             at_ids=None if at_ids is None else at_ids[rows, cols],
             linear=run.ctx.linear,
-            sampler_formula=invariant,
+            log_softmax=invariant or log_softmax,
             with_entropy=with_entropy,
             top_k=top_k,
         )

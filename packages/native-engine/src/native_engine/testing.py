@@ -22,6 +22,18 @@ def tiny_model(
     return MoEForCausalLM(config).eval()
 
 
+def padding_rows_win(model: MoEForCausalLM, tokenizer_size: int, logit: float = 30.0) -> MoEForCausalLM:
+    """Makes the head's padding rows (ids at or beyond `tokenizer_size`) by far the likeliest ids at every position
+    of a freshly initialised model, in place: every embedding gets +8 in its dimension 0, which stays positive
+    through the small residual updates of the layers, and every padding row reads that dimension times `logit`
+    (real rows give logits ~0.2). A test that samples only the tokenizer's ids must hide them."""
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] += 8.0
+        model.lm_head.weight[tokenizer_size:] = 0.0
+        model.lm_head.weight[tokenizer_size:, 0] = logit
+    return model
+
+
 def perturbed_state(model: MoEForCausalLM, seed: int, scale: float = 0.05) -> dict[str, np.ndarray]:
     """The model's state dict with Gaussian noise added to every floating tensor (different weights to push)."""
     rng = np.random.default_rng(seed)

@@ -42,7 +42,11 @@ class RolloutConfig:
     prompts_per_step: int = _help("distinct training prompts per step (complete groups)", 32)
     samples_per_prompt: int = _help("responses sampled per prompt (one group)", 8)
     temperature: float = _help("sampling temperature of training rollouts (the trainer's log-probs use it too)", 1.0)
-    max_new_tokens: int = _help("response budget per turn; 0: the task's longest answer + 1 (EOS)", 0)
+    max_new_tokens: int = _help(
+        "response budget per turn; 0: the task's default, its longest answer + 1 (EOS), or for dataset tasks "
+        "task.response_tokens (room to reason) when larger",
+        0,
+    )
     max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
     reward_timeout_s: float = _help("seconds one reward call may take; then the sample is a counted reward_error", 5.0)
     engine: RolloutEngineConfig = field(default_factory=lambda: EngineConfig(slots=256, kernel_threads=0))

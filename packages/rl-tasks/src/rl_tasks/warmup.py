@@ -242,19 +242,30 @@ def accumulate_gradients(
     model: torch.nn.Module, renderer: Renderer, batch: Sequence[TaskExample], task: Task, budget: int
 ) -> float:
     """Backpropagates the batch's mean loss per trainable token in micro-batches; returns that loss (nats)."""
-    import torch
 
     rows = [renderer.demonstration(ex, task.demonstration(ex)) for ex in batch]
     total = sum(sum(mask) for _, mask in rows)
     loss_sum = 0.0
     for group in micro_batches([len(ids) for ids, _ in rows], budget):
         ids, attn, loss_mask = pad_rows([rows[i] for i in group], renderer.tokenizer.pad_id)
-        logits = model(ids, attn).logits[:, :-1]  # [b, T-1, V], in the model's dtype (float32 or float64)
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [b, T-1]
-        loss = (nll * loss_mask).sum() / total
+        loss = (token_nll(model, ids, attn) * loss_mask).sum() / total
         loss.backward()
         loss_sum += float(loss.detach())
     return loss_sum
+
+
+def token_nll(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """`[b, T-1]` cross-entropy of each next token, in the model's dtype. Logits that fit one chunk of the chunked
+    head (`moe_models.head_log_probs.HEAD_CHUNK_ELEMENTS`: every tiny model's batch) are computed whole, as the
+    warm-up always has, so its float64 base stays bit for bit what it was; larger ones (a 151k-token vocabulary)
+    come from the hidden states a chunk at a time, never as `[b, T, V]` (the same numbers to float rounding)."""
+    import torch
+    from moe_models.head_log_probs import HEAD_CHUNK_ELEMENTS
+
+    if ids.numel() * model.config.logit_vocab_size <= HEAD_CHUNK_ELEMENTS:
+        logits = model(ids, attn).logits[:, :-1]  # [b, T-1, V]
+        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    return -model.token_log_probs_at(ids, attn, None, log_softmax=True).log_probs  # 0 where no next token
 
 
 def train_warmup(model: torch.nn.Module, renderer: Renderer, task: Task, cfg: WarmupConfig) -> float | None:

@@ -28,6 +28,7 @@ import numpy as np
 from rollout_core import SamplingParams, Segment, check_prompt
 from routing_state import RoutingSpec, routing_spec
 
+from engine_adapters.padding_bias import padding_bias
 from engine_adapters.routing_rows import decode_int32_base64, normalise_rows
 from engine_adapters.sglang.client import SGLangClient, SGLangPauseMode
 from engine_adapters.sglang.response import SGLangResponse
@@ -63,6 +64,7 @@ class SGLangEngine:
     ) -> None:
         self.client = client
         self.vocab_size = shape.vocab_size
+        self._logit_bias: dict[str, float] = {}
         self.max_context = shape.max_context
         self._spec = shape.routing_spec
         self._labels = {} if initial_label.isdigit() else {initial_label: 0}
@@ -95,6 +97,12 @@ class SGLangEngine:
     def routing_spec(self) -> RoutingSpec | None:
         return self._spec
 
+    def sample_only(self, tokenizer_size: int | None) -> None:
+        """Never samples an id at or beyond `tokenizer_size` (the checkpoint's padding rows; None: every row is a
+        token), through SGLang's per-request `logit_bias` (`engine_adapters.padding_bias`). Not yet run against a
+        real SGLang server (none runs on a CPU): whether its returned log-probs include the bias is unchecked."""
+        self._logit_bias = padding_bias(tokenizer_size, self.vocab_size)
+
     def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         check_prompt(prompt_ids, params, vocab_size=self.vocab_size, max_context=self.max_context)
 
@@ -111,6 +119,8 @@ class SGLangEngine:
         }
         if params.seed is not None:
             sampling["sampling_seed"] = params.seed
+        if self._logit_bias:
+            sampling["logit_bias"] = self._logit_bias
         want_rows = self._spec is not None and params.return_routed_experts
         return {
             "rid": rid,

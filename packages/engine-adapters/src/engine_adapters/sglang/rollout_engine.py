@@ -25,6 +25,7 @@ class SGLangRolloutEngine(SGLangEngine):
     async def open(cls, url: str, site: RolloutSite, weights_dir: Path, keep_mode: str) -> SGLangRolloutEngine:
         shape = ModelShape.from_hf_config(site.checkpoint_dir, max_context=site.max_len)
         engine = await cls.connect(url, shape)
+        engine.sample_only(site.vocab_size)
         try:
             engine._write_weights = await asyncio.to_thread(site.folder_writer)
         except BaseException:

@@ -87,6 +87,13 @@ class VLLMEngine:
         self._calls: dict[str, _Call] = {}
         self._background: set[asyncio.Task[None]] = set()
 
+    async def sample_only(self, tokenizer_size: int | None) -> None:
+        """Never samples an id at or beyond `tokenizer_size` (the checkpoint's padding rows; None: every row is a
+        token): the server's worker extension sets those logits to -inf (`rl_sample_only`), so the sampled
+        log-probs, like the trainer's, are normalised over the tokenizer's ids."""
+        if tokenizer_size is not None and tokenizer_size < self.vocab_size:
+            await self.client.collective_rpc("rl_sample_only", str(tokenizer_size))
+
     @classmethod
     async def connect(cls, base_url: str, *, routing: RoutingSource = "extension", abort_grace_s: float = 0.5) -> Self:
         """Attaches to a server launched with our worker extension; labels its weights version 0 if unlabelled."""

@@ -101,6 +101,7 @@ class VLLMRolloutEngine(VLLMEngine):
             raise
         engine.server, engine.site = server, site
         try:
+            await engine.sample_only(site.vocab_size)
             if engine.max_context < site.max_len:
                 raise VLLMServerError(f"vLLM max_model_len: expected >= {site.max_len}, got {engine.max_context}")
             engine._write_weights = await asyncio.to_thread(site.folder_writer)

@@ -69,6 +69,13 @@ class VLLMTeacher:
         self.client = VLLMClient(base_url)
         self.temperature, self.top_k = float(temperature), int(top_k)
 
+    async def score_only(self, tokenizer_size: int | None) -> None:
+        """Gives the ids at or beyond `tokenizer_size` (the checkpoint's padding rows) no probability, as the
+        student's trainer does (the worker extension's `rl_sample_only`); None: every row is a token."""
+        rows = int((await self.client.collective_rpc("rl_model_info"))[0]["vocab_size"])
+        if tokenizer_size is not None and tokenizer_size < rows:
+            await self.client.collective_rpc("rl_sample_only", str(tokenizer_size))
+
     async def _one(self, i: int, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> TeacherScores:
         tokens = [int(t) for t in (*prompt_ids, *response_ids)]
         sampling = {

@@ -150,6 +150,29 @@ class RolloutWorkerExtension:
             "data": base64.b64encode(out.tobytes()).decode("ascii"),
         }
 
+    # ------------------------------------------------------------------ vocabulary
+    def rl_sample_only(self, tokenizer_size: str) -> dict[str, Any]:
+        """Every logit at or beyond `tokenizer_size` becomes -inf from now on (the checkpoint's embedding pads
+        beyond its tokenizer: those rows are no tokens), for sampling, its log-probs and prompt log-probs alike,
+        as the trainer gives them no probability. Wraps the model's `compute_logits` once (idempotent; a weight
+        reload keeps the model object, so it stays)."""
+        size = int(tokenizer_size)
+        model = self.model_runner.get_model()
+        rows = int(self.model_runner.model_config.get_vocab_size())
+        if not 0 < size <= rows:
+            raise ValueError(f"rl_sample_only: got {size}, expected 1..{rows} (the model's vocabulary)")
+        plain = getattr(model, "_rl_plain_compute_logits", model.compute_logits)
+
+        def compute_logits(*args: Any, **kwargs: Any) -> Any:
+            logits = plain(*args, **kwargs)
+            if logits is not None and logits.shape[-1] > size:
+                logits[..., size:] = float("-inf")
+            return logits
+
+        model._rl_plain_compute_logits = plain
+        model.compute_logits = compute_logits
+        return {"tokenizer_size": size, "rows": rows}
+
     # ------------------------------------------------------------------ weights
     def _rl_model_type(self) -> str:
         return str(self.model_runner.model_config.hf_config.model_type)
