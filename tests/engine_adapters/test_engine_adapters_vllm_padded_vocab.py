@@ -62,3 +62,52 @@ def test_vllm_never_samples_a_padding_row_once_told_the_tokenizers_size(tmp_path
         with torch.no_grad():
             lp, _ = model.token_log_probs(torch.tensor([PROMPT + seg.token_ids]), None)
         np.testing.assert_allclose(seg.log_probs, lp[0, len(PROMPT) - 1 :].numpy(), atol=2e-3, rtol=0)
+
+
+def test_vllm_serves_the_policy_a_default_sync_ppo_run_exports(tmp_path: Path) -> None:
+    """`apps/sync_ppo --run.steps 2` at its defaults; the final checkpoint's `policy/` loads in transformers with our
+    logits (1e-5) and vLLM serves it: greedy tokens equal our engine's, log-probs to the adapter's bound."""
+    import os
+    import subprocess
+    import sys
+
+    transformers = pytest.importorskip("transformers")
+    from native_engine import NativeEngine
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+    argv = [sys.executable, str(root / "apps" / "sync_ppo"), "--run.steps", "2", "--run.dir", str(tmp_path / "run"),
+            "--run.progress", "false"]  # fmt: skip
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    policy = tmp_path / "run" / "checkpoints" / "2" / "policy"
+    ours = load_pretrained(policy).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(policy))
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "sort:31415="}], add_generation_prompt=True,
+                                         tokenize=False)  # fmt: skip
+    prompt = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            hf(torch.tensor([prompt])).logits, ours(torch.tensor([prompt])).logits, atol=1e-5, rtol=0
+        )
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+
+    async def ours_greedy() -> Segment:
+        return await NativeEngine(ours, max_len=64).generate("ours", prompt, greedy)
+
+    async def served_greedy(url: str) -> Segment:
+        engine = await VLLMEngine.connect(url, routing=VLLM_ROUTING)
+        try:
+            return await engine.generate("served", prompt, greedy)
+        finally:
+            await engine.close()
+
+    want = asyncio.run(ours_greedy())
+    server = VLLMServer.launch(VLLMServerConfig(model=str(policy), python=VLLM_PYTHON, routing=VLLM_ROUTING))
+    try:
+        got = asyncio.run(served_greedy(server.base_url))
+    finally:
+        server.stop()
+    assert got.token_ids == want.token_ids and got.stop_reason == want.stop_reason
+    np.testing.assert_allclose(got.log_probs, want.log_probs, atol=2e-3, rtol=0)
