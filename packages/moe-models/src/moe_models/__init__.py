@@ -15,9 +15,9 @@ from moe_models.checkpoint import (
     state_dict_numpy,
 )
 from moe_models.config import FAMILY_NAMES, MoEConfig
-from moe_models.model import MoEForCausalLM, TokenScores
+from moe_models.model import MoEForCausalLM
 from moe_models.moe import EXPERTS_KERNELS, ExpertsKernel, set_experts_kernel
-from moe_models.output import CausalLMOutput
+from moe_models.output import CausalLMOutput, TokenScores
 from moe_models.replay import RouterReplay
 from moe_models.tokenizer import CharTokenizer, build_char_tokenizer, checkpoint_stop_ids, load_tokenizer
 

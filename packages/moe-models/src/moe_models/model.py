@@ -16,7 +16,7 @@ from moe_models.grid_context import GridContext
 from moe_models.head_log_probs import head_log_probs
 from moe_models.moe import Experts
 from moe_models.norm import RMSNorm
-from moe_models.output import CausalLMOutput
+from moe_models.output import CausalLMOutput, TokenScores
 from moe_models.replay import RouterReplay
 from moe_models.rope import RotaryEmbedding
 from moe_models.router import TopKRouter
@@ -90,6 +90,7 @@ class MoEForCausalLM(nn.Module):
         shared_prefix: torch.Tensor | None = None,
         invariant: bool = False,
         trace: TraceHook | None = None,
+        score: HeadRequest | None = None,
     ) -> CausalLMOutput:
         """input_ids: [B, T] int64; attention_mask: [B, T] (1 = real token, right padding) or None.
 
@@ -104,10 +105,15 @@ class MoEForCausalLM(nn.Module):
         them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`);
         ignored with `invariant`, whose attention must see every row in full.
         `invariant`: batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
+        `score`: no logits; the output's `scores` instead (`token_log_probs_at`, which goes through this call so that
+        module hooks, FSDP2's among them, run).
         """
         run = self._run(
             input_ids, attention_mask, replay, capture_routing, logits_from, shared_prefix, invariant, trace
         )
+        if score is not None:
+            scores = self._score(run, input_ids, attention_mask, logits_from, invariant, score)
+            return CausalLMOutput(logits=None, routed_experts=run.routed_experts, scores=scores)
         logits = run.wanted.unpack(self.logits(run.hidden, run.ctx))  # [B, T, V]
         return CausalLMOutput(logits=logits, routed_experts=run.routed_experts)
 
@@ -260,10 +266,33 @@ class MoEForCausalLM(nn.Module):
             raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
         batch, seq = input_ids.shape
         if at_ids is not None and tuple(at_ids.shape[:2]) != (batch, seq - 1):
-            raise ValueError(
-                f"at_ids: expected shape [B, T-1, K] = {(batch, seq - 1)} + [K], got {tuple(at_ids.shape)}"
-            )
-        run = self._run(input_ids, attention_mask, replay, capture_routing, logits_from, shared_prefix, invariant, None)
+            want = (batch, seq - 1)
+            raise ValueError(f"at_ids: expected shape [B, T-1, K] = {want} + [K], got {tuple(at_ids.shape)}")
+        request = HeadRequest(at_ids, temperature, with_entropy, top_k, log_softmax or invariant)
+        out = self(
+            input_ids,
+            attention_mask,
+            replay=replay,
+            capture_routing=capture_routing,
+            logits_from=logits_from,
+            shared_prefix=shared_prefix,
+            invariant=invariant,
+            score=request,
+        )
+        assert out.scores is not None
+        return out.scores
+
+    def _score(
+        self,
+        run: _Run,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        logits_from: torch.Tensor | None,
+        invariant: bool,
+        request: HeadRequest,
+    ) -> TokenScores:
+        """The head over the scored cells of `run` (see `token_log_probs_at`)."""
+        batch, seq = input_ids.shape
         cells = _scored_cells(input_ids, attention_mask, logits_from)  # [C] flat indices into [B, T-1]
         rows, cols = cells // (seq - 1), cells % (seq - 1)
         head = head_log_probs(
@@ -271,12 +300,12 @@ class MoEForCausalLM(nn.Module):
             self.head_weight(),
             run.wanted.cell_tokens().index_select(0, rows * seq + cols),
             input_ids[rows, cols + 1],
-            temperature=temperature,
-            at_ids=None if at_ids is None else at_ids[rows, cols],
+            temperature=request.temperature,
+            at_ids=None if request.at_ids is None else request.at_ids[rows, cols],
             linear=run.ctx.linear,
-            log_softmax=invariant or log_softmax,
-            with_entropy=with_entropy,
-            top_k=top_k,
+            log_softmax=request.log_softmax,
+            with_entropy=request.with_entropy,
+            top_k=request.top_k,
         )
 
         def grid(values: torch.Tensor | None) -> torch.Tensor | None:
@@ -293,17 +322,14 @@ class MoEForCausalLM(nn.Module):
 
 
 @dataclass(frozen=True)
-class TokenScores:
-    """`MoEForCausalLM.token_log_probs_at`'s result, on the shifted grid (entry t scores token t + 1): log_probs
-    `[B, T-1]` float32, at `[B, T-1, K]` or None, entropy `[B, T-1]` or None, routed_experts `[B, T, L_moe, K]` or
-    None, top_ids `[B, T-1, k]` int64 and top_log_probs `[B, T-1, k]` or None."""
+class HeadRequest:
+    """What `forward(score=...)` computes instead of logits (see `token_log_probs_at`)."""
 
-    log_probs: torch.Tensor
-    at: torch.Tensor | None
-    entropy: torch.Tensor | None
-    routed_experts: torch.Tensor | None
-    top_ids: torch.Tensor | None = None
-    top_log_probs: torch.Tensor | None = None
+    at_ids: torch.Tensor | None
+    temperature: float
+    with_entropy: bool
+    top_k: int
+    log_softmax: bool
 
 
 @dataclass(frozen=True)
