@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from moe_models import MoEConfig, MoEForCausalLM
+from moe_models.config import FULL_VOCAB_PRESETS
 
 
 @pytest.mark.parametrize("vocab_size", [32, 300])
@@ -15,10 +17,15 @@ def test_tiny_preset_has_1_to_2_million_params_and_head_dim_at_least_32(vocab_si
     assert config.num_experts == 8 and config.num_experts_per_tok == 2
 
 
-def test_small_preset_has_10_to_20_million_params() -> None:
-    config = MoEConfig.preset("small", vocab_size=256)
-    assert 10_000_000 <= MoEForCausalLM(config).num_parameters() <= 20_000_000
-    assert config.head_dim >= 32
+@pytest.mark.parametrize(("preset", "total_m"), [("small", (40, 45)), ("base", (300, 330))])
+def test_the_production_presets_have_their_sizes_at_a_151936_row_vocabulary(
+    preset: str, total_m: tuple[int, int]
+) -> None:
+    config = MoEConfig.preset(preset, vocab_size=151_936)
+    with torch.device("meta"):  # sizes only: no memory
+        params = MoEForCausalLM(config).num_parameters()
+    assert total_m[0] * 1e6 <= params <= total_m[1] * 1e6
+    assert config.head_dim >= 32 and preset in FULL_VOCAB_PRESETS
 
 
 def test_unknown_preset_is_rejected() -> None:

@@ -8,14 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from moe_models.config import FAMILY_NAMES, PRESETS, MoEConfig
+from moe_models.config import FAMILY_NAMES, FULL_VOCAB_PRESETS, PRESETS, MoEConfig
 from rl_tasks import model_presets
 from rl_tasks.model_config import ModelConfig
-from rl_tasks.model_presets import model_family_names, model_preset_names
+from rl_tasks.model_presets import full_vocab_presets, model_family_names, model_preset_names
 
 
 def test_preset_names_are_those_moe_models_defines() -> None:
-    assert model_preset_names() == tuple(sorted(PRESETS)) == ("small", "tiny")
+    assert model_preset_names() == tuple(sorted(PRESETS)) == ("base", "small", "tiny")
+    assert full_vocab_presets() == FULL_VOCAB_PRESETS == ("small", "base")
     for name in model_preset_names():
         assert MoEConfig.preset(name, vocab_size=16).hidden_size == PRESETS[name]["hidden_size"]
 
@@ -25,7 +26,7 @@ def test_family_names_are_those_moe_models_defines() -> None:
 
 
 def test_an_unknown_preset_or_family_fails_when_the_model_config_is_constructed() -> None:
-    message = "model.preset: expected one of ['small', 'tiny'], got 'huge'"
+    message = "model.preset: expected one of ['base', 'small', 'tiny'], got 'huge'"
     with pytest.raises(ValueError, match=re.escape(message)):
         ModelConfig(preset="huge")
     with pytest.raises(ValueError, match=re.escape(f"model.family: expected one of {list(FAMILY_NAMES)}, got 'llama'")):

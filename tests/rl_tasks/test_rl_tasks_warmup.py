@@ -18,6 +18,7 @@ from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
+from rl_tasks.model_config import ModelConfig
 from rl_tasks.renderer import Renderer
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.sort_trace import SortTraceSource
@@ -217,7 +218,8 @@ def test_default_warmup_leaves_room_for_rl(tmp_path: Path) -> None:
 
 def test_a_foreign_directory_at_the_cache_path_is_refused_before_training(tmp_path: Path) -> None:
     tok = build_task_tokenizer(SMALL_TASK.build())
-    key = warmup_key(SMALL_TASK, FEW_STEPS, build_base_model_config(SMALL_TASK, FEW_STEPS, tok), tok)
+    steps = FEW_STEPS.resolved("tiny")  # the key is computed from the resolved config
+    key = warmup_key(SMALL_TASK, steps, build_base_model_config(SMALL_TASK, steps, tok), tok)
     (tmp_path / f"warmup-{key}").mkdir()
     with pytest.raises(ValueError, match=f"exists without {METADATA_FILE}"):
         ensure_base_checkpoint(SMALL_TASK, FEW_STEPS, tmp_path)
@@ -291,3 +293,16 @@ def test_a_float64_warmup_reaches_one_float32_base_whichever_kernel_sums_the_gra
         spread[dtype] = max(float((padded[k] - looped[k]).abs().max()) for k in padded)
     assert spread["float64"] < 1e-7, spread  # at most an ulp of a weight near 1 (0.0 when measured)
     assert spread["float32"] > 1e-6, spread  # 1.5e-5 when measured
+
+
+@pytest.mark.slow
+def test_a_production_vocabulary_preset_warms_up_in_float32_with_the_qwen_layout_tokenizer(tmp_path: Path) -> None:
+    from moe_models import load_config, load_tokenizer
+
+    warmup = WarmupConfig(steps=1, examples_per_step=2)
+    assert warmup.resolved("small").dtype == "float32" and warmup.resolved("tiny").dtype == "float64"
+    assert WarmupConfig().resolved("small").examples_per_step == 16
+    result = ensure_base_checkpoint(SMALL_TASK, warmup, tmp_path, ModelConfig(preset="small"))
+    config, tokenizer = load_config(result.checkpoint_dir), load_tokenizer(result.checkpoint_dir)
+    assert (config.vocab_size, tokenizer.vocab_size) == (151_936, 151_669)
+    assert tokenizer.eos_token == "<|im_end|>" and result.final_loss is not None

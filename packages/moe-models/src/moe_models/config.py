@@ -16,7 +16,9 @@ from typing import Any, Literal
 FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "gpt_oss")
 
 # Named model sizes for `MoEConfig.preset`, shared by every family (a family adds its own fields to a size:
-# `Family.preset_fields`): `tiny` is ~1-2M parameters at vocab ~100, `small` ~10-20M.
+# `Family.preset_fields`). `tiny` is ~1-2M parameters over a vocabulary trained on the task's text (~40-100 tokens);
+# `small` and `base` have production proportions and vocabulary (FULL_VOCAB_PRESETS): 151,936 embedding rows, 42M and
+# 315M parameters in all for Qwen3-MoE, of which a token multiplies 0.6M and 27M besides the head's 19M and 78M.
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {
         "hidden_size": 128,
@@ -30,17 +32,33 @@ PRESETS: dict[str, dict[str, int]] = {
         "num_experts_per_tok": 2,
     },
     "small": {
-        "hidden_size": 256,
-        "intermediate_size": 768,
+        "hidden_size": 128,
+        "intermediate_size": 384,
         "moe_intermediate_size": 128,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
         "head_dim": 32,
         "num_experts": 16,
         "num_experts_per_tok": 2,
     },
+    "base": {
+        "hidden_size": 512,
+        "intermediate_size": 1536,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+    },
 }
+
+# Presets of production vocabulary: their models have 151,936 embedding rows and their warm-up's tokenizer is the
+# 151,669-id Qwen-layout one (`moe_models.full_vocab`), whose first merges are learned from the task's text. Kept a
+# literal, as PRESETS is (rl_tasks reads both from this file's source).
+FULL_VOCAB_PRESETS = ("small", "base")
 
 LayerType = Literal["full_attention", "sliding_attention"]
 

@@ -132,7 +132,9 @@ def check_run(cfg: RecipeConfig) -> RunPlan:
 
 def _plan(cfg: RecipeConfig) -> RunPlan:
     task = cfg.task.build()
-    renderer = run_renderer(cfg.model, cfg.model.path, task) if cfg.model.path else task_renderer(task)
+    renderer = (
+        run_renderer(cfg.model, cfg.model.path, task) if cfg.model.path else task_renderer(task, cfg.model.preset)
+    )
     model = base_model_config(cfg, task, renderer)
     tok = renderer.tokenizer
     vocab = check_vocabulary(tok, model, cfg.model.path or f"the model.preset {cfg.model.preset} warm-up")

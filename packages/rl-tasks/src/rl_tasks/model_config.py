@@ -47,6 +47,12 @@ class ModelConfig:
             raise ValueError(f"model.preset: expected one of {list(model_preset_names())}, got {self.preset!r}")
         if self.path:
             checkpoint_family(Path(self.path), tokenizer=not self.tokenizer)
+        elif self.tokenizer or self.chat_template_options:
+            raise ValueError(
+                "model.tokenizer, model.chat_template_options: expected them with model.path (a warm-up trains with "
+                f"the task's own tokenizer and its template's defaults), got {self.tokenizer!r}, "
+                f"{list(self.chat_template_options)} without one"
+            )
         if self.tokenizer:
             missing = [name for name in TOKENIZER_FILES if not (Path(self.tokenizer) / name).is_file()]
             if missing:

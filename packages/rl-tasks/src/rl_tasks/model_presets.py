@@ -1,10 +1,10 @@
-"""The model preset names `moe_models.MoEConfig.preset` accepts and the model families it supports, known without
-importing torch.
+"""The model preset names `moe_models.MoEConfig.preset` accepts, those of production vocabulary and the model
+families it supports, known without importing torch.
 
 Importing any `moe_models` module runs the package's `__init__`, which imports torch, so the names are read from
 the source of `moe_models/config.py`: the keys of its module-level literal `PRESETS` dict and its literal
-`FAMILY_NAMES` tuple. The file is located without executing the package (a top-level `find_spec` only finds it) and
-parsed, never run.
+`FAMILY_NAMES` and `FULL_VOCAB_PRESETS` tuples. The file is located without executing the package (a top-level
+`find_spec` only finds it) and parsed, never run.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _literal(name: str) -> tuple[ast.expr, Path]:
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
             if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
                 return node.value, path
-    kind = "dict" if name == "PRESETS" else "tuple"
+    kind = "dict" if name == "PRESETS" else "tuple"  # FAMILY_NAMES, FULL_VOCAB_PRESETS
     raise ImportError(f"{path}: expected a module-level literal {name} {kind}, got none")
 
 
@@ -51,6 +51,22 @@ def _literal(name: str) -> tuple[ast.expr, Path]:
 def model_preset_names() -> tuple[str, ...]:
     """The preset names, sorted."""
     return _names(*_literal("PRESETS"))
+
+
+@functools.cache
+def full_vocab_presets() -> tuple[str, ...]:
+    """The presets of production vocabulary (moe_models' `FULL_VOCAB_PRESETS`): a 151,936-row embedding and the
+    151,669-id Qwen-layout tokenizer."""
+    value, path = _literal("FULL_VOCAB_PRESETS")
+    try:
+        names = ast.literal_eval(value)
+    except ValueError:
+        names = None
+    if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+        raise ImportError(
+            f"{path}: FULL_VOCAB_PRESETS: expected a literal tuple of names, got {ast.unparse(value):.80}"
+        )
+    return names
 
 
 @functools.cache

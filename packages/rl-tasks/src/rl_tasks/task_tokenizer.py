@@ -1,5 +1,6 @@
 """The tokenizer of a task: a byte-level BPE chat tokenizer (`moe_models.train_chat_tokenizer`) trained on the
-task's own text, so the tiny models get a vocabulary the size of what the task says.
+task's own text, so the tiny models get a vocabulary the size of what the task says; the presets of production
+vocabulary get a 151,669-id Qwen-layout tokenizer whose first merges are learned from the same text.
 
 The corpus is every training example's demonstration rendered as a chat with the ChatML template: the prompt (its
 chat messages, or one user message), then each model turn as an assistant message and each observation as a tool
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl_tasks.example import CHAT_ROLES
+from rl_tasks.model_presets import full_vocab_presets
 from rl_tasks.renderer import Renderer
 from rl_tasks.task import Task
 
@@ -47,19 +49,28 @@ def tokenizer_corpus(task: Task) -> Iterator[str]:
     yield task.alphabet
 
 
-_TRAINED: dict[str, ChatTokenizer] = {}
+_TRAINED: dict[tuple[str, bool], ChatTokenizer] = {}
 _KEEP = 4
 
 
-def build_task_tokenizer(task: Task) -> ChatTokenizer:
-    """The task's tokenizer (trained once per task fingerprint in this process, then reused)."""
-    from moe_models import train_chat_tokenizer
-
-    key = task.fingerprint()
+def build_task_tokenizer(task: Task, preset: str = "tiny") -> ChatTokenizer:
+    """The task's tokenizer for a model preset (built once per task fingerprint in this process, then reused): a
+    byte-level BPE of the task's own text, or for the presets of production vocabulary
+    (`model_presets.full_vocab_presets`) the 151,669-id Qwen-layout tokenizer whose first merges are the task's
+    (`moe_models.full_vocab`)."""
+    full = preset in full_vocab_presets()
+    key = (task.fingerprint(), full)
     if key not in _TRAINED:
         while len(_TRAINED) >= _KEEP:
             del _TRAINED[next(iter(_TRAINED))]
-        _TRAINED[key] = train_chat_tokenizer(tokenizer_corpus(task))
+        if full:
+            from moe_models.full_vocab import build_full_vocab_tokenizer
+
+            _TRAINED[key] = build_full_vocab_tokenizer(tokenizer_corpus(task))
+        else:
+            from moe_models import train_chat_tokenizer
+
+            _TRAINED[key] = train_chat_tokenizer(tokenizer_corpus(task))
     return _TRAINED[key]
 
 

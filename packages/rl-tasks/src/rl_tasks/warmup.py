@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.greedy_eval import evaluate_greedy
 from rl_tasks.model_config import ModelConfig
+from rl_tasks.model_presets import full_vocab_presets
 from rl_tasks.renderer import Renderer
 from rl_tasks.task import Piece, Task, TaskBuilder
 from rl_tasks.task_tokenizer import build_task_tokenizer, tokenizer_digest
@@ -46,15 +48,18 @@ METADATA_FILE = "warmup.json"
 class WarmupConfig:
     """`steps` optimizer steps of `examples_per_step` train examples each; AdamW at `lr` after a linear ramp over
     `lr_warmup_steps`; the model it trains is a `ModelConfig`'s family and size preset. `torch_threads` sets torch's
-    intra-op threads while warming up (None: leave torch's setting); the default is 1 because on a shared 2-core
-    machine a second thread made each step several times slower (spinning), not faster. A step whose padded batch
-    (rows x longest row) exceeds `micro_batch_tokens` runs in length-sorted micro-batches with the same gradient (to
-    float rounding), so long-tailed demonstrations do not all pad to the longest; a step that fits runs whole, exactly
-    as without the setting. `experts_kernel` is the routed experts' autograd kernel (`moe_models.set_experts_kernel`);
-    it changes results at float rounding only; `looped` is the faster one, most on long demonstrations (timings in
-    docs/numerics.md).
+    intra-op threads while warming up (None: leave torch's setting; 0: by the preset, `resolved`): 1 for the tiny
+    preset, because on a shared 2-core machine a second thread made each of its steps several times slower
+    (spinning), not faster; every usable core for the presets of production vocabulary, whose matmuls are large. A
+    step whose padded batch (rows x longest row) exceeds `micro_batch_tokens` runs in length-sorted micro-batches
+    with the same gradient (to float rounding), so long-tailed demonstrations do not all pad to the longest; a step
+    that fits runs whole, exactly as without the setting. `experts_kernel` is the routed experts' autograd kernel
+    (`moe_models.set_experts_kernel`); it changes results at float rounding only; `looped` is the faster one, most on
+    long demonstrations (timings in docs/numerics.md).
 
-    `dtype` is the precision the warm-up trains in; the checkpoint is always saved (and scored) in float32.
+    `dtype` is the precision the warm-up trains in (`auto`: by the preset, `resolved`: float64 for the tiny preset,
+    float32 for the production-vocabulary ones, where float64 doubles the time and memory of a 151k-row head and
+    the base need not be the same on every CPU); the checkpoint is always saved (and scored) in float32.
     float64 makes the base the same on every CPU: two CPUs whose kernels sum in different orders (AVX2 vs AVX-512,
     another BLAS blocking) round the same forward differently, and training grows that rounding step by step. In
     float32 one seed gave different bases (and accuracies) on different CPUs; in float64 rounding starts ~1e-9
@@ -62,14 +67,20 @@ class WarmupConfig:
     ulp of float32 of each other (docs/numerics.md)."""
 
     steps: int = field(default=150, metadata={"help": "supervised optimiser steps (0: the random model)"})
-    examples_per_step: int = field(default=64, metadata={"help": "training examples per step"})
+    examples_per_step: int = field(
+        default=0, metadata={"help": "training examples per step (0: 64 for the tiny preset, 16 for small and base)"}
+    )
     lr: float = field(default=2e-3, metadata={"help": "AdamW learning rate after the ramp"})
     lr_warmup_steps: int = field(default=20, metadata={"help": "steps of the linear learning-rate ramp"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay"})
     grad_clip: float = field(default=1.0, metadata={"help": "max global grad norm per step"})
     seed: int = field(default=0, metadata={"help": "seeds the model's initialisation and the example draws"})
     torch_threads: int | None = field(
-        default=1, metadata={"help": "torch threads while warming up (none: leave the process's setting)"}
+        default=0,
+        metadata={
+            "help": "torch threads while warming up (none: leave the process's setting; 0: 1 for the tiny preset, "
+            "every usable core for small and base)"
+        },
     )
     experts_kernel: Literal["padded", "looped"] = field(
         default="looped",
@@ -81,26 +92,39 @@ class WarmupConfig:
         default=4096,
         metadata={"help": "padded tokens (rows x longest row) per forward; a larger step runs in length-sorted parts"},
     )
-    dtype: Literal["float64", "float32"] = field(
-        default="float64",
-        metadata={"help": "precision of the warm-up's training (float64: one base on every CPU); saved as float32"},
+    dtype: Literal["auto", "float64", "float32"] = field(
+        default="auto",
+        metadata={
+            "help": "precision of the warm-up's training (float64: one base on every CPU; auto: float64 for the tiny "
+            "preset, float32 for small and base); saved as float32"
+        },
     )
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.examples_per_step < 1 or self.lr_warmup_steps < 0 or self.micro_batch_tokens < 1:
+        if self.steps < 0 or self.examples_per_step < 0 or self.lr_warmup_steps < 0 or self.micro_batch_tokens < 1:
             raise ValueError(
-                f"WarmupConfig: expected steps >= 0, examples_per_step >= 1, lr_warmup_steps >= 0, "
+                f"WarmupConfig: expected steps >= 0, examples_per_step >= 0, lr_warmup_steps >= 0, "
                 f"micro_batch_tokens >= 1, got {self.steps}, {self.examples_per_step}, {self.lr_warmup_steps}, "
                 f"{self.micro_batch_tokens}"
             )
         if not self.lr > 0 or not self.grad_clip > 0:
             raise ValueError(f"WarmupConfig: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
-        if self.torch_threads is not None and self.torch_threads < 1:
-            raise ValueError(f"WarmupConfig.torch_threads: expected None or >= 1, got {self.torch_threads}")
-        if self.dtype not in ("float64", "float32"):
-            raise ValueError(f"warmup.dtype: expected 'float64' or 'float32', got {self.dtype!r}")
+        if self.torch_threads is not None and self.torch_threads < 0:
+            raise ValueError(f"WarmupConfig.torch_threads: expected None or >= 0, got {self.torch_threads}")
+        if self.dtype not in ("auto", "float64", "float32"):
+            raise ValueError(f"warmup.dtype: expected 'auto', 'float64' or 'float32', got {self.dtype!r}")
         if self.experts_kernel not in ("padded", "looped"):
             raise ValueError(f"warmup.experts_kernel: expected 'padded' or 'looped', got {self.experts_kernel!r}")
+
+    def resolved(self, preset: str) -> WarmupConfig:
+        """`dtype` auto, `torch_threads` 0 and `examples_per_step` 0 made concrete for a model preset (see the
+        class): a step of a production-vocabulary preset costs ~1 GFLOP per trained token in its head alone."""
+        full = preset in full_vocab_presets()
+        dtype = ("float32" if full else "float64") if self.dtype == "auto" else self.dtype
+        cores = len(os.sched_getaffinity(0))
+        threads = (cores if full else 1) if self.torch_threads == 0 else self.torch_threads
+        examples = (16 if full else 64) if self.examples_per_step == 0 else self.examples_per_step
+        return dataclasses.replace(self, dtype=dtype, torch_threads=threads, examples_per_step=examples)
 
     def cache_fields(self) -> dict[str, object]:
         """Fields that change the weights (`torch_threads` does not)."""
@@ -140,10 +164,10 @@ def as_task(task: Task | TaskBuilder) -> Task:
     return built
 
 
-def task_renderer(task: Task | TaskBuilder) -> Renderer:
-    """The task's tokenizer (`rl_tasks.task_tokenizer`) under the task's prompt format."""
+def task_renderer(task: Task | TaskBuilder, preset: str = "tiny") -> Renderer:
+    """The task's tokenizer for a model preset (`rl_tasks.task_tokenizer`) under the task's prompt format."""
     built = as_task(task)
-    return Renderer(build_task_tokenizer(built), built.prompt_format)  # type: ignore[arg-type]
+    return Renderer(build_task_tokenizer(built, preset), built.prompt_format)  # type: ignore[arg-type]
 
 
 def turn_budget(task: Task) -> int:
@@ -163,12 +187,13 @@ def build_base_model_config(
     """The warm-up's MoE (`model`'s family at its size preset; default: the tiny Qwen3-MoE) sized to `tokenizer` (the
     task enters only through its tokenizer)."""
     from moe_models import MoEConfig
+    from moe_models.full_vocab import FULL_VOCAB_ROWS
 
     model = model or ModelConfig()
     return MoEConfig.preset(
         model.preset,
         model_type=model.family,
-        vocab_size=tokenizer.vocab_size,
+        vocab_size=FULL_VOCAB_ROWS if model.preset in full_vocab_presets() else tokenizer.vocab_size,
         bos_token_id=tokenizer.bos_id,
         eos_token_id=tokenizer.eos_id,
         pad_token_id=tokenizer.pad_id,
@@ -182,9 +207,16 @@ def warmup_key(task: Task | TaskBuilder, warmup: WarmupConfig, model_config: obj
         "task": as_task(task).fingerprint(),
         "tokenizer": tokenizer_digest(tokenizer),  # type: ignore[arg-type]
         "warmup": warmup.cache_fields(),
-        "model": dataclasses.asdict(model_config),  # type: ignore[call-overload]
+        "model": _checkpoint_fields(model_config),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:20]
+
+
+def _checkpoint_fields(model_config: object) -> dict[str, object]:
+    """The model config's fields that describe the checkpoint (not the run's tokenizer size, which its files fix)."""
+    fields = dataclasses.asdict(model_config)  # type: ignore[call-overload]
+    del fields["tokenizer_vocab_size"]
+    return fields
 
 
 def encode_training_batch(
@@ -248,24 +280,26 @@ def accumulate_gradients(
     loss_sum = 0.0
     for group in micro_batches([len(ids) for ids, _ in rows], budget):
         ids, attn, loss_mask = pad_rows([rows[i] for i in group], renderer.tokenizer.pad_id)
-        loss = (token_nll(model, ids, attn) * loss_mask).sum() / total
+        loss = (token_nll(model, ids, attn, loss_mask) * loss_mask).sum() / total
         loss.backward()
         loss_sum += float(loss.detach())
     return loss_sum
 
 
-def token_nll(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """`[b, T-1]` cross-entropy of each next token, in the model's dtype. Logits that fit one chunk of the chunked
-    head (`moe_models.head_log_probs.HEAD_CHUNK_ELEMENTS`: every tiny model's batch) are computed whole, as the
-    warm-up always has, so its float64 base stays bit for bit what it was; larger ones (a 151k-token vocabulary)
-    come from the hidden states a chunk at a time, never as `[b, T, V]` (the same numbers to float rounding)."""
+def token_nll(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """`[b, T-1]` cross-entropy of each next token (where `loss_mask` `[b, T-1]` may be nonzero), in the model's
+    dtype. Logits that fit one chunk of the chunked head (`moe_models.head_log_probs.HEAD_CHUNK_ELEMENTS`: every tiny
+    model's batch) are computed whole, as the warm-up always has, so its float64 base stays bit for bit what it was;
+    larger ones (a 151k-token vocabulary) come from the hidden states a chunk at a time, from each row's first loss
+    position on, never as `[b, T, V]` (the same numbers to float rounding; 0 elsewhere)."""
     import torch
     from moe_models.head_log_probs import HEAD_CHUNK_ELEMENTS
 
     if ids.numel() * model.config.logit_vocab_size <= HEAD_CHUNK_ELEMENTS:
         logits = model(ids, attn).logits[:, :-1]  # [b, T-1, V]
         return torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    return -model.token_log_probs_at(ids, attn, None, log_softmax=True).log_probs  # 0 where no next token
+    first = (loss_mask > 0).to(torch.int64).argmax(dim=1)  # [b]: each row's first loss position (0: none)
+    return -model.token_log_probs_at(ids, attn, None, logits_from=first, log_softmax=True).log_probs
 
 
 def train_warmup(model: torch.nn.Module, renderer: Renderer, task: Task, cfg: WarmupConfig) -> float | None:
@@ -275,11 +309,14 @@ def train_warmup(model: torch.nn.Module, renderer: Renderer, task: Task, cfg: Wa
     import numpy as np
     import torch
 
+    if cfg.steps and cfg.examples_per_step < 1:
+        raise ValueError(f"train_warmup: expected a resolved WarmupConfig (WarmupConfig.resolved(preset)), got {cfg}")
     train = task.splits.train
     rng = np.random.default_rng(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
     losses: list[float] = []
+    progress = _Progress(cfg.steps)
     for step in range(cfg.steps):
         batch = [train[i] for i in rng.integers(0, len(train), size=cfg.examples_per_step)]
         for group in opt.param_groups:
@@ -288,20 +325,39 @@ def train_warmup(model: torch.nn.Module, renderer: Renderer, task: Task, cfg: Wa
         losses.append(accumulate_gradients(model, renderer, batch, task, cfg.micro_batch_tokens))
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+        progress.step(step + 1, losses[-1])
     model.eval()
     tail = losses[-10:]
     return sum(tail) / len(tail) if tail else None
 
 
-def _build(task: Task, warmup: WarmupConfig, model_config: object, key: str, out_dir: Path) -> WarmupResult:
+class _Progress:
+    """A line on stderr every 10 s of a warm-up that will take over a minute (a production-size preset's: minutes);
+    a short one prints nothing."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.t0 = steps, time.perf_counter()
+        self.last = self.t0
+
+    def step(self, done: int, loss: float) -> None:
+        now = time.perf_counter()
+        left = (now - self.t0) / done * (self.steps - done)
+        if now - self.last >= 10.0 and now - self.t0 + left > 60.0:
+            self.last = now
+            print(f"warm-up: step {done}/{self.steps}, loss {loss:.3f}, ~{left / 60:.1f} min left", file=sys.stderr)
+
+
+def _build(
+    task: Task, warmup: WarmupConfig, model_config: object, renderer: Renderer, key: str, out_dir: Path
+) -> WarmupResult:
     """Trains `model_config`'s model, evaluates and saves into `out_dir` (which must not exist); `warmup.json` is
     written last."""
     import torch
     from moe_models import MoEForCausalLM, save_pretrained, set_experts_kernel
 
-    renderer = task_renderer(task)
     torch.manual_seed(warmup.seed)
-    model = MoEForCausalLM(model_config)  # initialised in float32, so both dtypes start from the same weights
+    # initialised in float32, so both dtypes start from the same weights; it scores the tokenizer's ids only
+    model = MoEForCausalLM(model_config.replace(tokenizer_vocab_size=renderer.tokenizer.vocab_size))  # type: ignore[attr-defined]
     set_experts_kernel(model, warmup.experts_kernel)
     t0 = time.perf_counter()
     final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), renderer, task, warmup)
@@ -351,7 +407,9 @@ def ensure_base_checkpoint(
         raise ValueError(f"ensure_base_checkpoint: got model.path {model.path!r}, expected none (no warm-up for it)")
     task = as_task(task)
     cache_root = Path(cache_root)
-    tokenizer = build_task_tokenizer(task)
+    preset = model.preset if model is not None else "tiny"
+    warmup = warmup.resolved(preset)
+    tokenizer = build_task_tokenizer(task, preset)
     model_config = build_base_model_config(task, warmup, tokenizer, model)
     key = warmup_key(task, warmup, model_config, tokenizer)
     final = cache_root / f"warmup-{key}"
@@ -369,7 +427,8 @@ def ensure_base_checkpoint(
     try:
         if warmup.torch_threads is not None:
             torch.set_num_threads(warmup.torch_threads)
-        result = _build(task, warmup, model_config, key, tmp)
+        renderer = Renderer(tokenizer, task.prompt_format)  # type: ignore[arg-type]
+        result = _build(task, warmup, model_config, renderer, key, tmp)
         try:
             os.replace(tmp, final)
         except OSError:
