@@ -9,20 +9,24 @@ its own next token (`target`), and optionally K other ids (`at_ids`, a teacher's
     z        = linear(h[token], weight) / T    (float32, or float64 for float64 weights; `weight`: the scored ids)
     log_prob = z[target] - logsumexp(z)        (`log_softmax(z)[target]` with `log_softmax`)
     at[k]    = z[at_ids[k]] - logsumexp(z)
-    entropy  = logsumexp(z) - sum(softmax(z) * z)          (no gradient; only when asked)
+    entropy  = logsumexp(z) - sum(softmax(z) * z)          (no gradient; only when asked, filled by the backward)
     top-k    = the k largest z[i] - logsumexp(z), their ids  (no gradient; only when asked: a teacher's scores)
 
-The backward recomputes each chunk's logits and writes d/dz = onehot(target) g - softmax(z) g (plus the at terms)
-into the gradients of `h` and `weight` chunk by chunk. A chunk's matmul and its row-wise reductions are those of a
-whole-batch computation on the same rows, so a batch that fits one chunk gets the same numbers, bit for bit: with the
-default formula those of `z.gather(target) - logsumexp(z)` under autograd, with `log_softmax` those of
-`log_softmax(z).gather(target)` (the backward is PyTorch's own log-softmax backward). The native sampler reports
-`log_softmax(z)[token]`, so true on-policy mode scores with that formula. Under autocast the forward's matmul dtype
-is used again in the backward.
+Work is per token, not per cell: the logits, their logsumexp and softmax are computed once for a token however many
+cells read it. The backward recomputes each chunk's logits and writes d/dz = onehot(target) g - softmax(z) g (plus
+the at terms) into the gradients of `h` and `weight` chunk by chunk; a token's row is its first cell's gradient, and
+its other cells' gradients are added after it in cell order. A chunk's matmul and its row-wise reductions are those
+of a whole-batch computation on the same rows, so a batch that fits one chunk gets the same numbers, bit for bit:
+with the default formula those of `z.gather(target) - logsumexp(z)` under autograd (the cells' gradients summed per
+token in cell order), with `log_softmax` those of `log_softmax(z).gather(target)` (the backward is PyTorch's own
+log-softmax backward). The native sampler reports `log_softmax(z)[token]`, so true on-policy mode scores with that
+formula. Under autocast the forward's matmul dtype is used again in the backward. The entropy is a by-product of the
+probabilities the backward computes anyway: read it after `backward()` (a forward alone leaves it 0).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +42,9 @@ Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 @dataclass(frozen=True)
 class HeadLogProbs:
     """Per cell `[C]` float32 (float64 for float64 weights): the target's log-prob (with gradient), the at-ids'
-    log-probs `[C, K]` (with gradient; None without at-ids), the entropy (no gradient; None unless asked) and the
-    `top_k` most likely ids `[C, k]` int64 with their log-probs `[C, k]` (no gradient; None unless asked)."""
+    log-probs `[C, K]` (with gradient; None without at-ids), the entropy (no gradient; None unless asked; filled by
+    the backward pass) and the `top_k` most likely ids `[C, k]` int64 with their log-probs `[C, k]` (no gradient;
+    None unless asked)."""
 
     log_probs: torch.Tensor
     at: torch.Tensor | None
@@ -49,29 +54,33 @@ class HeadLogProbs:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """Cells sorted by the token they read (stable: a token's cells stay in batch order) and the token chunks."""
+class _Chunk:
+    """Tokens `start..end` and the cells that read them: `cells` (their indices, in token order, stable), `local`
+    (the token each reads, from `start`), and which of them is the first cell of its token (`first`)."""
 
-    order: torch.Tensor | None  # [C] cell indices in token order; None: cell i reads token i (no sharing)
-    sorted_tokens: torch.Tensor  # [C]
-    chunks: list[tuple[int, int, int, int]]  # (token start, token end, first cell, end cell) in sorted order
+    start: int
+    end: int
+    cells: torch.Tensor
+    local: torch.Tensor
+    first: torch.Tensor
+
+    @property
+    def extra(self) -> bool:
+        """Whether some token of the chunk is read by more than one cell."""
+        return bool(self.first.numel()) and not bool(self.first.all())
 
 
-def _plan(token: torch.Tensor, num_tokens: int, chunk_rows: int) -> _Plan:
-    cells = int(token.numel())
-    identity = cells == num_tokens and bool((token == torch.arange(cells, device=token.device)).all())
-    if identity:
-        order, sorted_tokens = None, token
-    else:
-        sorted_tokens, order = torch.sort(token, stable=True)
+def _chunks(token: torch.Tensor, num_tokens: int, chunk_rows: int) -> list[_Chunk]:
+    sorted_tokens, order = torch.sort(token, stable=True)
     bounds = [*range(0, num_tokens, chunk_rows), num_tokens]
     edges = torch.searchsorted(sorted_tokens, torch.tensor(bounds, device=token.device)).tolist()
-    chunks = [(bounds[i], bounds[i + 1], edges[i], edges[i + 1]) for i in range(len(bounds) - 1)]
-    return _Plan(order, sorted_tokens, [c for c in chunks if c[2] < c[3]])
-
-
-def _cells(plan: _Plan, a: int, b: int) -> torch.Tensor | slice:
-    return slice(a, b) if plan.order is None else plan.order[a:b]
+    first = torch.ones_like(sorted_tokens, dtype=torch.bool)
+    first[1:] = sorted_tokens[1:] != sorted_tokens[:-1]
+    return [
+        _Chunk(bounds[i], bounds[i + 1], order[a:b], sorted_tokens[a:b] - bounds[i], first[a:b])
+        for i, (a, b) in enumerate(itertools.pairwise(edges))
+        if a < b
+    ]
 
 
 class _ChunkedHead(torch.autograd.Function):
@@ -90,89 +99,123 @@ class _ChunkedHead(torch.autograd.Function):
         top_k: int,
         chunk_rows: int,
     ) -> tuple[torch.Tensor, ...]:
-        device = h.device
-        cells = int(token.numel())
-        plan = _plan(token, h.shape[0], chunk_rows)
+        device, cells = h.device, int(token.numel())
+        chunks = _chunks(token, h.shape[0], chunk_rows)
         dtype = _score_dtype(h.dtype)
         log_probs = torch.zeros(cells, dtype=dtype, device=device)
-        lse = torch.zeros(cells, dtype=dtype, device=device)
+        lse = torch.zeros(h.shape[0], dtype=dtype, device=device)  # per token
         at = torch.zeros(cells, at_ids.shape[1] if at_ids is not None else 0, dtype=dtype, device=device)
         entropy = torch.zeros(cells if with_entropy else 0, dtype=dtype, device=device)
         top_ids = torch.zeros(cells, top_k, dtype=torch.int64, device=device)
         top_lp = torch.zeros(cells, top_k, dtype=dtype, device=device)
         z_dtype = dtype
-        for start, end, a, b in plan.chunks:
-            rows = _cells(plan, a, b)
-            z, z_dtype = _logits(h, weight, start, end, plan, a, b, temperature, linear)  # [c, V]
-            norm = torch.logsumexp(z, dim=-1)  # [c]
-            lse[rows] = norm
-            picked = target[rows, None]
+        for c in chunks:
+            z, z_dtype = _logits(h, weight, c.start, c.end, temperature, linear)  # [tokens, V]
+            norm = torch.logsumexp(z, dim=-1)  # [tokens]
+            lse[c.start : c.end] = norm
+            picked = target[c.cells]
             if log_softmax:
-                log_probs[rows] = z.log_softmax(dim=-1).gather(-1, picked).squeeze(1)
+                log_probs[c.cells] = z.log_softmax(dim=-1)[c.local, picked]
             else:
-                log_probs[rows] = (z.gather(-1, picked) - norm[:, None]).squeeze(1)
+                log_probs[c.cells] = z[c.local, picked] - norm[c.local]
             if at_ids is not None:
-                at[rows] = z.gather(-1, at_ids[rows]) - norm[:, None]
-            if with_entropy:
-                entropy[rows] = norm - (z - norm[:, None]).exp().mul(z).sum(dim=-1)
+                at[c.cells] = z[c.local[:, None], at_ids[c.cells]] - norm[c.local, None]
             if top_k:
                 best = z.topk(top_k, dim=-1)
-                top_ids[rows], top_lp[rows] = best.indices, best.values - norm[:, None]
-        ctx.save_for_backward(h, weight, token, target, at_ids, lse)
-        ctx.plan, ctx.temperature, ctx.linear, ctx.z_dtype = plan, temperature, linear, z_dtype
-        ctx.log_softmax = log_softmax
+                top_ids[c.cells], top_lp[c.cells] = best.indices[c.local], (best.values - norm[:, None])[c.local]
+        ctx.save_for_backward(h, weight, target, at_ids, lse)
+        ctx.chunks, ctx.temperature, ctx.linear, ctx.z_dtype = chunks, temperature, linear, z_dtype
+        ctx.log_softmax, ctx.entropy = log_softmax, entropy if with_entropy else None
         ctx.autocast = _autocast_state(device)
         ctx.mark_non_differentiable(entropy, top_ids, top_lp)
         return log_probs, at, entropy, top_ids, top_lp
 
     @staticmethod
     def backward(ctx: Any, g_lp: torch.Tensor, g_at: torch.Tensor, *_no_grad: torch.Tensor) -> tuple[Any, ...]:
-        h, weight, _token, target, at_ids, lse = ctx.saved_tensors
-        plan: _Plan = ctx.plan
+        h, weight, target, at_ids, lse = ctx.saved_tensors
         grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         with _autocast_restored(h.device, ctx.autocast):
-            for start, end, a, b in plan.chunks:
-                rows = _cells(plan, a, b)
-                z, _ = _logits(h, weight, start, end, plan, a, b, ctx.temperature, ctx.linear)
-                at_rows = None if at_ids is None else (at_ids[rows], g_at[rows])
-                if ctx.log_softmax:
-                    g = _log_softmax_grad(z, target[rows], g_lp[rows], at_rows)
-                else:
-                    g = _logsumexp_grad(z, lse[rows], target[rows], g_lp[rows], at_rows)
+            for c in ctx.chunks:
+                z, _ = _logits(h, weight, c.start, c.end, ctx.temperature, ctx.linear)
+                at = None if at_ids is None else (at_ids[c.cells], g_at[c.cells])
+                args = (z, c, target[c.cells], g_lp[c.cells], at)
+                g = (
+                    _log_softmax_grad(*args, ctx)
+                    if ctx.log_softmax
+                    else _logsumexp_grad(*args, lse[c.start : c.end], ctx)
+                )
                 if ctx.temperature != 1.0:
-                    g = g / ctx.temperature
-                g = _per_token(g.to(ctx.z_dtype), plan, start, end, a, b)  # [end - start, V]
-                _accumulate(g, h[start:end], weight, grad_h, grad_w, start, ctx.autocast)
+                    g.div_(ctx.temperature)
+                _accumulate(g.to(ctx.z_dtype), h[c.start : c.end], weight, grad_h, grad_w, c.start, ctx.autocast)
         return grad_h, grad_w, None, None, None, None, None, None, None, None, None
 
 
 def _logsumexp_grad(
     z: torch.Tensor,
-    lse: torch.Tensor,
+    c: _Chunk,
     target: torch.Tensor,
     g_lp: torch.Tensor,
     at: tuple[torch.Tensor, torch.Tensor] | None,
+    lse: torch.Tensor,
+    ctx: Any,
 ) -> torch.Tensor:
-    """d/dz of `z[target] - logsumexp(z)` (and the at terms) weighted by their gradients, as autograd computes it."""
-    scale = g_lp if at is None else g_lp + at[1].sum(dim=-1)
-    g = (z - lse[:, None]).exp() * -scale[:, None]  # [c, V] the logsumexp term
+    """`[tokens, V]`: d/dz of every cell's `z[target] - logsumexp(z)` (and its at terms) weighted by its gradient, as
+    autograd computes it, summed per token in cell order; with the entropy asked for, the chunk's cells' entropies
+    from the same probabilities."""
+    scale = g_lp if at is None else g_lp + at[1].sum(dim=-1)  # [cells]
+    g = (z - lse[:, None]).exp_()  # [tokens, V] the softmax
+    if ctx.entropy is not None:
+        ctx.entropy[c.cells] = (lse - torch.bmm(g[:, None], z[:, :, None]).flatten())[c.local]
+    extra = None
+    if c.extra:  # tokens read by several cells: their other cells' rows, from the same softmax
+        keep = ~c.first
+        extra = _cell_grad(g[c.local[keep]], -scale[keep], target[keep], g_lp[keep], _rows(at, keep))
+    first = c.first
+    row_scale = torch.zeros_like(lse).index_put_((c.local[first],), -scale[first])
+    g.mul_(row_scale[:, None])
+    g.index_put_((c.local[first], target[first]), g_lp[first], accumulate=True)
+    if at is not None:
+        g.index_put_((c.local[first, None], at[0][first]), at[1][first], accumulate=True)
+    if extra is not None:
+        g.index_add_(0, c.local[~first], extra)
+    return g
+
+
+def _cell_grad(
+    p: torch.Tensor, neg_scale: torch.Tensor, target: torch.Tensor, g_lp: torch.Tensor, at: Any
+) -> torch.Tensor:
+    """`[cells, V]` d/dz of cells whose softmax rows are `p` (a copy)."""
+    g = p * neg_scale[:, None]
     g.scatter_add_(1, target[:, None], g_lp[:, None])
     if at is not None:
         g.scatter_add_(1, at[0], at[1])
     return g
 
 
+def _rows(at: tuple[torch.Tensor, torch.Tensor] | None, keep: torch.Tensor) -> Any:
+    return None if at is None else (at[0][keep], at[1][keep])
+
+
 def _log_softmax_grad(
-    z: torch.Tensor, target: torch.Tensor, g_lp: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor] | None
+    z: torch.Tensor,
+    c: _Chunk,
+    target: torch.Tensor,
+    g_lp: torch.Tensor,
+    at: tuple[torch.Tensor, torch.Tensor] | None,
+    ctx: Any,
 ) -> torch.Tensor:
-    """d/dz of `log_softmax(z)[target]` (and the at terms) weighted by their gradients: PyTorch's own log-softmax
-    backward, so the numbers are those of `log_softmax(z).gather(...)` and `cross_entropy` under autograd."""
-    out = z.log_softmax(dim=-1)
-    grad_out = torch.zeros_like(z).scatter_(1, target[:, None], g_lp[:, None])
+    """`[tokens, V]`: d/dz of every cell's `log_softmax(z)[target]` (and its at terms) weighted by its gradient:
+    PyTorch's own log-softmax backward, per cell, summed per token in cell order (and the cells' entropies)."""
+    rows = z.log_softmax(dim=-1)  # [tokens, V]
+    if ctx.entropy is not None:
+        ctx.entropy[c.cells] = -torch.bmm(rows.exp()[:, None], rows[:, :, None]).flatten()[c.local]
+    out = rows[c.local]  # [cells, V]
+    grad_out = torch.zeros_like(out).scatter_(1, target[:, None], g_lp[:, None])
     if at is not None:
         grad_out.scatter_add_(1, at[0], at[1])
-    return torch.ops.aten._log_softmax_backward_data(grad_out, out, 1, z.dtype)
+    cell_grads = torch.ops.aten._log_softmax_backward_data(grad_out, out, 1, z.dtype)
+    return torch.zeros_like(z).index_add_(0, c.local, cell_grads)
 
 
 def _score_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -181,34 +224,15 @@ def _score_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _logits(
-    h: torch.Tensor,
-    weight: torch.Tensor,
-    start: int,
-    end: int,
-    plan: _Plan,
-    a: int,
-    b: int,
-    temperature: float,
-    linear: Linear,
+    h: torch.Tensor, weight: torch.Tensor, start: int, end: int, temperature: float, linear: Linear
 ) -> tuple[torch.Tensor, torch.dtype]:
-    """`[b - a, V]` logits / T (float32, or float64) of the cells a..b (sorted order), which read tokens
-    start..end, and the matmul's own dtype."""
+    """`[end - start, V]` logits / T (float32, or float64) of tokens start..end, and the matmul's own dtype."""
     z = linear(h[start:end], weight)  # [end - start, V]
     dtype = z.dtype
-    if plan.order is not None:
-        z = z.index_select(0, plan.sorted_tokens[a:b] - start)
     z = z.to(_score_dtype(dtype))
     if temperature != 1.0:
-        z = z / temperature
+        z = z.div_(temperature)
     return z, dtype
-
-
-def _per_token(g: torch.Tensor, plan: _Plan, start: int, end: int, a: int, b: int) -> torch.Tensor:
-    """Cells' gradients `[b - a, V]` summed per token they read -> `[end - start, V]`."""
-    if plan.order is None:
-        return g
-    out = g.new_zeros(end - start, g.shape[1])
-    return out.index_add_(0, plan.sorted_tokens[a:b] - start, g)
 
 
 def _accumulate(

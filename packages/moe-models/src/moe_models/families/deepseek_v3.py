@@ -60,8 +60,9 @@ class DeepseekV3(Family):
             "head_dim": 32,
             "rope_interleave": True,
             "first_k_dense_replace": 1,
-            "n_group": 2,
-            "topk_group": 1,
+            # DeepSeek-V3's proportion: a group scores by its top two experts, and top-k = 2 x the groups kept
+            "n_group": max(2, size["num_experts_per_tok"]),
+            "topk_group": max(1, size["num_experts_per_tok"] // 2),
             "routed_scaling_factor": 2.5,
             "shared_expert_intermediate_size": size["moe_intermediate_size"],
         }
