@@ -73,13 +73,15 @@ def test_exported_weights_are_cpu_tensors_in_their_own_dtype_without_the_tied_al
     assert not torch.equal(weights["model.norm.weight"], model.model.norm.weight)
 
 
-def test_state_dict_round_trip_continues_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kernel", ["auto", "fused"])
+def test_state_dict_round_trip_continues_bit_for_bit(tmp_path: Path, kernel: str) -> None:
     data = collate(rollouts(tiny_model(), num_prompts=4, per_prompt=2), PAD)
-    first = backend(tiny_model())
+    first = backend(tiny_model(), kernel=kernel)
+    assert bool(first.optimizer.defaults["fused"]) == (kernel == "fused")  # auto: foreach below 10M parameters
     step(first, data)
     first.state_dict().save(tmp_path / "ckpt")
     step(first, data)
-    second = backend(tiny_model(seed=5))  # different initial weights: everything must come from the checkpoint
+    second = backend(tiny_model(seed=5), kernel=kernel)  # other initial weights: all must come from the checkpoint
     second.load_state_dict(BackendState.load(tmp_path / "ckpt"))
     assert second.version == 1
     step(second, data)

@@ -114,12 +114,47 @@ def sample_prepared(
         probs = _filter(scaled, prep.top_k, prep.top_p).softmax(dim=-1)
     else:
         probs = log_probs.exp()
-    cdf = probs.double().cumsum(dim=-1)  # [S, V]; filtered-out tokens add 0 and are never drawn
-    u = uniforms * cdf[:, -1]  # [S]
-    tokens = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_max(logits.shape[-1] - 1)
+    tokens = inverse_cdf(probs, uniforms)
     if prep.greedy is not None:
         tokens = torch.where(prep.greedy, scaled.argmax(dim=-1), tokens)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(1)
+
+
+CDF_BLOCK = 4096  # vocabulary entries per block of the two-level inverse CDF (wider rows than this use it)
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor, block: int = CDF_BLOCK) -> torch.Tensor:
+    """`[S]` int64: in each row of `probs` `[S, V]` (float32, unnormalised, zeros never drawn), the first entry whose
+    running sum exceeds `uniform * total`. A row of at most `block` entries is one float64 cumulative sum. A wider
+    one (a 151k-token vocabulary) is two levels: the sums of its blocks of `block` entries (float64), their cumulative
+    sum to find the block, then the cumulative sum of that block alone; that reads the row once instead of writing a
+    float64 copy and its cumulative sum, and differs from the one sum only in float64 rounding (which token a draw
+    within ~1e-16 of a boundary picks). Both are per row, so a row's token does not depend on the others."""
+    width = probs.shape[1]
+    if width <= block:
+        cdf = probs.double().cumsum(dim=-1)  # [S, V]; filtered-out tokens add 0 and are never drawn
+        u = uniforms * cdf[:, -1]  # [S]
+        return torch.minimum(torch.searchsorted(cdf, u[:, None], right=True), _last_positive(probs)).squeeze(1)
+    full = width // block
+    sums = probs.unfold(1, block, block).sum(dim=-1, dtype=torch.float64)  # [S, full], no copy of the row
+    if width > full * block:
+        sums = torch.cat([sums, probs[:, full * block :].sum(dim=-1, dtype=torch.float64)[:, None]], dim=1)
+    cdf = sums.cumsum(dim=-1)  # [S, blocks]
+    u = uniforms * cdf[:, -1]
+    k = torch.minimum(torch.searchsorted(cdf, u[:, None], right=True), _last_positive(sums))  # [S, 1] the block
+    before = torch.where(k > 0, cdf.gather(1, (k - 1).clamp_min(0)), torch.zeros_like(u[:, None]))
+    cols = k * block + torch.arange(block, device=probs.device)  # [S, block]
+    inside = cols < width
+    part = probs.gather(1, cols.clamp_max(width - 1)) * inside  # [S, block]: the block, zeros past the row
+    j = torch.searchsorted(part.double().cumsum(dim=-1), u[:, None] - before, right=True)  # [S, 1]
+    return (k * block + torch.minimum(j, _last_positive(part))).squeeze(1)
+
+
+def _last_positive(values: torch.Tensor) -> torch.Tensor:
+    """`[S, 1]`: each row's last positive entry: where a draw lands that rounding carried past the row's (or a
+    block's) own total, `u * total` rounding up to `total`."""
+    index = torch.arange(values.shape[1], device=values.device)
+    return torch.where(values > 0, index, -1).amax(dim=1, keepdim=True)
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -43,10 +43,17 @@ class OptimConfig:
     beta2: float = _help("AdamW beta2", 0.999)
     weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
     grad_clip: float = _help("max global grad norm (L2) per optimiser step", 1.0)
+    kernel: Literal["auto", "foreach", "fused"] = _help(
+        "AdamW's kernel: fused (one kernel a tensor: ~10x faster on a 315M-parameter model on a CPU) or foreach "
+        "(the two round differently); auto: fused from 10M parameters on (unless they are sharded), foreach below",
+        "auto",
+    )
 
     def __post_init__(self) -> None:
         if not self.lr > 0 or not self.grad_clip > 0:
             raise ValueError(f"optim: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
+        if self.kernel not in ("auto", "foreach", "fused"):
+            raise ValueError(f"optim.kernel: expected auto, foreach or fused, got {self.kernel!r}")
         ramp = self.lr_warmup_steps
         if isinstance(ramp, bool) or not isinstance(ramp, int) or ramp < 0:
             raise ValueError(f"optim.lr_warmup_steps: expected an int >= 0, got {self.lr_warmup_steps!r}")

@@ -16,6 +16,9 @@ from trainers.backend.state import BackendState
 RNG_KEY = "rng.torch"
 
 
+FUSED_FROM = 10_000_000  # parameters from which `optim.kernel auto` takes AdamW's fused kernel (tiny: foreach)
+
+
 class OptimisedModule:
     """`total_steps`: the run's optimiser steps (a cosine schedule's horizon; None only with a constant one).
     `shares_prompts`: whether its forward computes a prompt that rows share once (`TrainingBackend`)."""
@@ -35,12 +38,19 @@ class OptimisedModule:
         self._param_names = [name for name, _ in model.named_parameters()]
 
     def build_optimizer(self) -> None:
-        """Creates AdamW over the module's parameters as they are now (after any sharding)."""
+        """Creates AdamW over the module's parameters as they are now (after any sharding), with the kernel
+        `optim.kernel` names (`auto`: fused from `FUSED_FROM` parameters on, unless they are sharded DTensors)."""
+        params = list(self.model.parameters())
+        fused = self.optim.kernel == "fused"
+        if self.optim.kernel == "auto":
+            sharded = any(type(p).__name__ == "DTensor" for p in params)
+            fused = not sharded and sum(p.numel() for p in {id(p): p for p in params}.values()) >= FUSED_FROM
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            params,
             lr=self.optim.lr_at(0, self.total_steps),
             betas=(self.optim.beta1, self.optim.beta2),
             weight_decay=self.optim.weight_decay,
+            fused=fused or None,
         )
 
     @property
