@@ -6,7 +6,7 @@ A *cell* is one scored position of a batch: it reads the hidden state of one com
 `h`; several cells may read one token, as a GRPO group's rows read their shared prompt's last position) and scores
 its own next token (`target`), and optionally K other ids (`at_ids`, a teacher's top-k). Per cell:
 
-    z        = linear(h[token], weight) / T    (float32, or float64 for float64 weights; `weight`: the scored ids)
+    z        = linear(h[token], weight[:vocab]) / T    (float32, or float64 for float64 weights)
     log_prob = z[target] - logsumexp(z)        (`log_softmax(z)[target]` with `log_softmax`)
     at[k]    = z[at_ids[k]] - logsumexp(z)
     entropy  = logsumexp(z) - sum(softmax(z) * z)          (no gradient; only when asked, filled by the backward)
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-HEAD_CHUNK_ELEMENTS = 1 << 24  # logits per chunk: 64 MiB in float32
+HEAD_CHUNK_ELEMENTS = 1 << 25  # logits per chunk: 128 MiB in float32 (fewer passes over a small-hidden head than 64)
 
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -98,6 +98,7 @@ class _ChunkedHead(torch.autograd.Function):
         with_entropy: bool,
         top_k: int,
         chunk_rows: int,
+        vocab: int,
     ) -> tuple[torch.Tensor, ...]:
         device, cells = h.device, int(token.numel())
         chunks = _chunks(token, h.shape[0], chunk_rows)
@@ -110,7 +111,7 @@ class _ChunkedHead(torch.autograd.Function):
         top_lp = torch.zeros(cells, top_k, dtype=dtype, device=device)
         z_dtype = dtype
         for c in chunks:
-            z, z_dtype = _logits(h, weight, c.start, c.end, temperature, linear)  # [tokens, V]
+            z, z_dtype = _logits(h, weight[:vocab], c.start, c.end, temperature, linear)  # [tokens, V]
             norm = torch.logsumexp(z, dim=-1)  # [tokens]
             lse[c.start : c.end] = norm
             picked = target[c.cells]
@@ -125,7 +126,7 @@ class _ChunkedHead(torch.autograd.Function):
                 top_ids[c.cells], top_lp[c.cells] = best.indices[c.local], (best.values - norm[:, None])[c.local]
         ctx.save_for_backward(h, weight, target, at_ids, lse)
         ctx.chunks, ctx.temperature, ctx.linear, ctx.z_dtype = chunks, temperature, linear, z_dtype
-        ctx.log_softmax, ctx.entropy = log_softmax, entropy if with_entropy else None
+        ctx.log_softmax, ctx.entropy, ctx.vocab = log_softmax, entropy if with_entropy else None, vocab
         ctx.autocast = _autocast_state(device)
         ctx.mark_non_differentiable(entropy, top_ids, top_lp)
         return log_probs, at, entropy, top_ids, top_lp
@@ -134,10 +135,11 @@ class _ChunkedHead(torch.autograd.Function):
     def backward(ctx: Any, g_lp: torch.Tensor, g_at: torch.Tensor, *_no_grad: torch.Tensor) -> tuple[Any, ...]:
         h, weight, target, at_ids, lse = ctx.saved_tensors
         grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None  # the rows past `vocab` stay 0
+        scored = weight[: ctx.vocab]
         with _autocast_restored(h.device, ctx.autocast):
             for c in ctx.chunks:
-                z, _ = _logits(h, weight, c.start, c.end, ctx.temperature, ctx.linear)
+                z, _ = _logits(h, scored, c.start, c.end, ctx.temperature, ctx.linear)
                 at = None if at_ids is None else (at_ids[c.cells], g_at[c.cells])
                 args = (z, c, target[c.cells], g_lp[c.cells], at)
                 g = (
@@ -147,8 +149,9 @@ class _ChunkedHead(torch.autograd.Function):
                 )
                 if ctx.temperature != 1.0:
                     g.div_(ctx.temperature)
-                _accumulate(g.to(ctx.z_dtype), h[c.start : c.end], weight, grad_h, grad_w, c.start, ctx.autocast)
-        return grad_h, grad_w, None, None, None, None, None, None, None, None, None
+                rows_w = None if grad_w is None else grad_w[: ctx.vocab]
+                _accumulate(g.to(ctx.z_dtype), h[c.start : c.end], scored, grad_h, rows_w, c.start, ctx.autocast)
+        return grad_h, grad_w, None, None, None, None, None, None, None, None, None, None
 
 
 def _logsumexp_grad(
@@ -244,13 +247,21 @@ def _accumulate(
     start: int,
     autocast: torch.dtype | None,
 ) -> None:
-    """grad_h[start:] = g @ weight, grad_w += g^T @ h, in the forward matmul's dtype."""
+    """grad_h[start:] = g @ weight, grad_w += g^T @ h (accumulated in place: one read and write of `grad_w` a chunk),
+    in the forward matmul's dtype."""
     dtype = autocast or g.dtype
     g = g.to(dtype)
     if grad_h is not None:
-        grad_h[start : start + g.shape[0]] = g.mm(weight.to(dtype)).to(grad_h.dtype)
+        rows = grad_h[start : start + g.shape[0]]
+        if dtype == grad_h.dtype:
+            torch.mm(g, weight, out=rows)
+        else:
+            rows.copy_(g.mm(weight.to(dtype)))
     if grad_w is not None:
-        grad_w += g.t().mm(h.to(dtype)).to(grad_w.dtype)
+        if dtype == grad_w.dtype:
+            grad_w.addmm_(g.t(), h)
+        else:
+            grad_w += g.t().mm(h.to(dtype)).to(grad_w.dtype)
 
 
 def _autocast_state(device: torch.device) -> torch.dtype | None:
@@ -273,11 +284,13 @@ def head_log_probs(
     log_softmax: bool = False,
     with_entropy: bool = False,
     top_k: int = 0,
+    vocab: int | None = None,
     chunk_elements: int = HEAD_CHUNK_ELEMENTS,
 ) -> HeadLogProbs:
-    """h `[N, hidden]` (the final-normed hidden states of the computed tokens), weight `[V, hidden]` (the head's
-    rows of the scored vocabulary), token `[C]` int64 (the row of `h` each cell reads), target `[C]` int64 (ids in
-    `[0, V)`), at_ids `[C, K]` int64 or None. `linear(x, weight)` computes the logits (a batch-invariant one in true
+    """h `[N, hidden]` (the final-normed hidden states of the computed tokens), weight `[R, hidden]` (the head),
+    `vocab` V <= R: its first rows that are tokens, the only ones scored (None: all; the others get a zero gradient),
+    token `[C]` int64 (the row of `h` each cell reads), target `[C]` int64 (ids in `[0, V)`), at_ids `[C, K]` int64
+    or None. `linear(x, weight)` computes the logits (a batch-invariant one in true
     on-policy mode); `log_softmax` scores the target with `log_softmax(z)[target]`, the native sampler's own
     formula (so that a recomputed log-prob equals the sampled one bit for bit)."""
     if not temperature > 0:
@@ -286,11 +299,12 @@ def head_log_probs(
         raise ValueError(f"token, target: expected two [C] tensors, got {tuple(token.shape)}, {tuple(target.shape)}")
     if at_ids is not None and (at_ids.dim() != 2 or at_ids.shape[0] != token.shape[0]):
         raise ValueError(f"at_ids: expected [C, K] with C = {token.shape[0]}, got {tuple(at_ids.shape)}")
-    if not 0 <= top_k <= weight.shape[0]:
-        raise ValueError(f"top_k: got {top_k}, expected 0..{weight.shape[0]} (the scored vocabulary)")
-    rows = max(1, chunk_elements // max(1, weight.shape[0]))
+    vocab = weight.shape[0] if vocab is None else vocab
+    if not 0 < vocab <= weight.shape[0] or not 0 <= top_k <= vocab:
+        raise ValueError(f"vocab, top_k: got {vocab}, {top_k}, expected 1..{weight.shape[0]} and 0..vocab")
+    rows = max(1, chunk_elements // vocab)
     log_probs, at, entropy, top_ids, top_lp = _ChunkedHead.apply(
-        h, weight, token, target, at_ids, temperature, linear, log_softmax, with_entropy, top_k, rows
+        h, weight, token, target, at_ids, temperature, linear, log_softmax, with_entropy, top_k, rows, vocab
     )
     return HeadLogProbs(
         log_probs,

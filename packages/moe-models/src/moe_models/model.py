@@ -297,7 +297,7 @@ class MoEForCausalLM(nn.Module):
         rows, cols = cells // (seq - 1), cells % (seq - 1)
         head = head_log_probs(
             self.model.norm(run.hidden),
-            self.head_weight(),
+            self.lm_head.weight,
             run.wanted.cell_tokens().index_select(0, rows * seq + cols),
             input_ids[rows, cols + 1],
             temperature=request.temperature,
@@ -306,6 +306,7 @@ class MoEForCausalLM(nn.Module):
             log_softmax=request.log_softmax,
             with_entropy=request.with_entropy,
             top_k=request.top_k,
+            vocab=self.config.logit_vocab_size,
         )
 
         def grid(values: torch.Tensor | None) -> torch.Tensor | None:
