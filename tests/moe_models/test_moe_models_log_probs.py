@@ -74,3 +74,23 @@ def test_model_without_moe_layers_captures_empty_routing() -> None:
         out = model(torch.zeros(2, 3, dtype=torch.int64), capture_routing=True)
     assert config.num_moe_layers == 0
     assert out.routed_experts is not None and out.routed_experts.shape == (2, 3, 0, 2)
+
+
+def test_entropy_on_the_grid_is_filled_by_the_backward_and_equals_the_whole_logits_entropy() -> None:
+    """The trainer reads `TokenScores.entropy` after `backward()`: the grid it holds is the buffer the backward
+    fills (a copy taken at forward time stayed zero), and equals the entropy of the whole logits by hand."""
+    from moe_models.log_probs import next_token_entropy
+
+    torch.manual_seed(0)
+    model = MoEForCausalLM(CONFIG)
+    ids = torch.randint(0, 37, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        want = next_token_entropy(model(ids, mask).logits, temperature=0.7)
+    scores = model.token_log_probs_at(ids, mask, None, temperature=0.7, with_entropy=True)
+    assert scores.entropy is not None and not scores.entropy.any()  # nothing until the backward
+    scores.log_probs.sum().backward()
+    scored = (mask[:, :-1] * mask[:, 1:]).bool()
+    torch.testing.assert_close(scores.entropy[scored], want[scored], rtol=1e-5, atol=1e-5)
+    assert (scores.entropy[~scored] == 0).all() and (scores.entropy[scored] > 0).all()

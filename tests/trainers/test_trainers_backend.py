@@ -160,3 +160,20 @@ def test_bf16_compute_keeps_fp32_weights_and_gradients_and_gives_fp32_log_probs_
     )
     with pytest.raises(ValueError, match="compute_dtype"):
         TorchBackend(tiny_model(), device="cpu", compute_dtype="float16")
+
+
+def test_the_entropy_metric_is_the_response_tokens_mean_entropy_of_the_whole_logits() -> None:
+    from moe_models.log_probs import next_token_entropy
+    from trainers.aggregation import masked_mean
+
+    model = tiny_model()
+    batch = collate(rollouts(model), PAD)
+    with torch.no_grad():
+        want = masked_mean(next_token_entropy(model(batch.input_ids, batch.attention_mask).logits), batch.response_mask)
+
+    def loss_fn(log_probs: torch.Tensor, at: torch.Tensor | None) -> LossOutputs:
+        return LossOutputs((log_probs * batch.response_mask).sum(), {}, {}, {})
+
+    out = backend(model).forward_backward(batch, loss_fn, replay=True)
+    assert float(want) > 0
+    assert float(out.means["actor/entropy"]) == pytest.approx(float(want), rel=1e-5)

@@ -99,6 +99,7 @@ class _ChunkedHead(torch.autograd.Function):
         top_k: int,
         chunk_rows: int,
         vocab: int,
+        entropy_layout: tuple[int, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, ...]:
         device, cells = h.device, int(token.numel())
         chunks = _chunks(token, h.shape[0], chunk_rows)
@@ -106,7 +107,9 @@ class _ChunkedHead(torch.autograd.Function):
         log_probs = torch.zeros(cells, dtype=dtype, device=device)
         lse = torch.zeros(h.shape[0], dtype=dtype, device=device)  # per token
         at = torch.zeros(cells, at_ids.shape[1] if at_ids is not None else 0, dtype=dtype, device=device)
-        entropy = torch.zeros(cells if with_entropy else 0, dtype=dtype, device=device)
+        slots = cells if entropy_layout is None else entropy_layout[0]
+        entropy = torch.zeros(slots if with_entropy else 0, dtype=dtype, device=device)
+        ctx.entropy_index = None if entropy_layout is None else entropy_layout[1]
         top_ids = torch.zeros(cells, top_k, dtype=torch.int64, device=device)
         top_lp = torch.zeros(cells, top_k, dtype=dtype, device=device)
         z_dtype = dtype
@@ -151,7 +154,7 @@ class _ChunkedHead(torch.autograd.Function):
                     g.div_(ctx.temperature)
                 rows_w = None if grad_w is None else grad_w[: ctx.vocab]
                 _accumulate(g.to(ctx.z_dtype), h[c.start : c.end], scored, grad_h, rows_w, c.start, ctx.autocast)
-        return grad_h, grad_w, None, None, None, None, None, None, None, None, None, None
+        return grad_h, grad_w, None, None, None, None, None, None, None, None, None, None, None
 
 
 def _logsumexp_grad(
@@ -169,7 +172,7 @@ def _logsumexp_grad(
     scale = g_lp if at is None else g_lp + at[1].sum(dim=-1)  # [cells]
     g = (z - lse[:, None]).exp_()  # [tokens, V] the softmax
     if ctx.entropy is not None:
-        ctx.entropy[c.cells] = (lse - torch.bmm(g[:, None], z[:, :, None]).flatten())[c.local]
+        ctx.entropy[_slots(ctx, c)] = (lse - torch.bmm(g[:, None], z[:, :, None]).flatten())[c.local]
     extra = None
     if c.extra:  # tokens read by several cells: their other cells' rows, from the same softmax
         keep = ~c.first
@@ -183,6 +186,11 @@ def _logsumexp_grad(
     if extra is not None:
         g.index_add_(0, c.local[~first], extra)
     return g
+
+
+def _slots(ctx: Any, c: _Chunk) -> torch.Tensor:
+    """Where the chunk's cells' entropies go in the entropy tensor (`head_log_probs`'s `entropy_layout`)."""
+    return c.cells if ctx.entropy_index is None else ctx.entropy_index[c.cells]
 
 
 def _cell_grad(
@@ -212,7 +220,7 @@ def _log_softmax_grad(
     PyTorch's own log-softmax backward, per cell, summed per token in cell order (and the cells' entropies)."""
     rows = z.log_softmax(dim=-1)  # [tokens, V]
     if ctx.entropy is not None:
-        ctx.entropy[c.cells] = -torch.bmm(rows.exp()[:, None], rows[:, :, None]).flatten()[c.local]
+        ctx.entropy[_slots(ctx, c)] = -torch.bmm(rows.exp()[:, None], rows[:, :, None]).flatten()[c.local]
     out = rows[c.local]  # [cells, V]
     grad_out = torch.zeros_like(out).scatter_(1, target[:, None], g_lp[:, None])
     if at is not None:
@@ -286,13 +294,16 @@ def head_log_probs(
     top_k: int = 0,
     vocab: int | None = None,
     chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+    entropy_layout: tuple[int, torch.Tensor] | None = None,
 ) -> HeadLogProbs:
     """h `[N, hidden]` (the final-normed hidden states of the computed tokens), weight `[R, hidden]` (the head),
     `vocab` V <= R: its first rows that are tokens, the only ones scored (None: all; the others get a zero gradient),
     token `[C]` int64 (the row of `h` each cell reads), target `[C]` int64 (ids in `[0, V)`), at_ids `[C, K]` int64
     or None. `linear(x, weight)` computes the logits (a batch-invariant one in true
     on-policy mode); `log_softmax` scores the target with `log_softmax(z)[target]`, the native sampler's own
-    formula (so that a recomputed log-prob equals the sampled one bit for bit)."""
+    formula (so that a recomputed log-prob equals the sampled one bit for bit). `entropy_layout` (size S, index
+    `[C]` int64): the entropy comes back as `[S]`, cell i's at `index[i]`, zeros elsewhere (a caller's grid the
+    backward fills in place; None: `[C]` in cell order). The entropy is zero until the backward pass runs."""
     if not temperature > 0:
         raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no log-probs)")
     if token.shape != target.shape or token.dim() != 1:
@@ -304,7 +315,19 @@ def head_log_probs(
         raise ValueError(f"vocab, top_k: got {vocab}, {top_k}, expected 1..{weight.shape[0]} and 0..vocab")
     rows = max(1, chunk_elements // vocab)
     log_probs, at, entropy, top_ids, top_lp = _ChunkedHead.apply(
-        h, weight, token, target, at_ids, temperature, linear, log_softmax, with_entropy, top_k, rows, vocab
+        h,
+        weight,
+        token,
+        target,
+        at_ids,
+        temperature,
+        linear,
+        log_softmax,
+        with_entropy,
+        top_k,
+        rows,
+        vocab,
+        entropy_layout,
     )
     return HeadLogProbs(
         log_probs,

@@ -33,3 +33,18 @@ def next_token_log_probs(
             )
         at = shifted.gather(-1, at_ids) - norm
     return picked.squeeze(-1), at
+
+
+@torch.no_grad()
+def next_token_entropy(
+    logits: torch.Tensor, *, temperature: float = 1.0, vocab_size: int | None = None
+) -> torch.Tensor:
+    """logits `[B, T, V]` -> `[B, T-1]` float32 entropies (nats, no gradient) of `softmax(logits[:, t] /
+    temperature)` over the first `vocab_size` columns (None: all): the distribution `next_token_log_probs` scores."""
+    if not temperature > 0:
+        raise ValueError(f"temperature: got {temperature}, expected > 0 (greedy has no entropy)")
+    shifted = logits[:, :-1, :vocab_size].float()
+    if temperature != 1.0:
+        shifted = shifted / temperature
+    log_p = torch.log_softmax(shifted, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1)

@@ -307,6 +307,7 @@ class MoEForCausalLM(nn.Module):
             with_entropy=request.with_entropy,
             top_k=request.top_k,
             vocab=self.config.logit_vocab_size,
+            entropy_layout=(batch * (seq - 1), cells),  # the grid itself: the backward fills it
         )
 
         def grid(values: torch.Tensor | None) -> torch.Tensor | None:
@@ -315,7 +316,7 @@ class MoEForCausalLM(nn.Module):
         return TokenScores(
             grid(head.log_probs),  # type: ignore[arg-type]
             grid(head.at),
-            grid(head.entropy),
+            None if head.entropy is None else head.entropy.view(batch, seq - 1),
             run.routed_experts,
             grid(head.top_ids),
             grid(head.top_log_probs),

@@ -22,8 +22,9 @@ class CausalLMOutput:
 @dataclass(frozen=True)
 class TokenScores:
     """`MoEForCausalLM.token_log_probs_at`'s result, on the shifted grid (entry t scores token t + 1): log_probs
-    `[B, T-1]` float32, at `[B, T-1, K]` or None, entropy `[B, T-1]` or None, routed_experts `[B, T, L_moe, K]` or
-    None, top_ids `[B, T-1, k]` int64 and top_log_probs `[B, T-1, k]` or None."""
+    `[B, T-1]` float32, at `[B, T-1, K]` or None, entropy `[B, T-1]` or None (zero until the backward pass fills
+    it), routed_experts `[B, T, L_moe, K]` or None, top_ids `[B, T-1, k]` int64 and top_log_probs `[B, T-1, k]` or
+    None."""
 
     log_probs: torch.Tensor
     at: torch.Tensor | None

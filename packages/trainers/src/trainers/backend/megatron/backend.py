@@ -19,8 +19,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from megatron.core import parallel_state
 from moe_models import RouterReplay, hf_state_dict, load_pretrained
-from moe_models.log_probs import next_token_log_probs
+from moe_models.log_probs import next_token_entropy, next_token_log_probs
 
+from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel
@@ -114,8 +115,9 @@ class MegatronBackend(OptimisedModule):
     # ------------------------------------------------------------------ forward
     def _forward(
         self, model: torch.nn.Module, replays: list, micro: TrainBatch, replay: bool, top_k: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them,
+        [b, t-1] entropies (no gradient) when `top_k`, i.e. when training)."""
         micro = micro.to(self._device)
         b, t = micro.input_ids.shape
         big_b, big_t = (b, t) if self.dp is None else self.dp.max([b, t])
@@ -130,9 +132,13 @@ class MegatronBackend(OptimisedModule):
         with replaying(replays, rows):
             logits = gpt_logits(model, ids, mask)[:b, :t]  # [b, t, V]
         at_ids = micro.teacher_top_ids if top_k else None
-        return next_token_log_probs(
+        log_probs, at = next_token_log_probs(
             logits, micro.input_ids, at_ids, temperature=self.temperature, vocab_size=self.vocab_size
         )
+        entropy = (
+            next_token_entropy(logits, temperature=self.temperature, vocab_size=self.vocab_size) if top_k else None
+        )
+        return log_probs, at, entropy
 
     @torch.no_grad()
     def log_probs(
@@ -146,9 +152,11 @@ class MegatronBackend(OptimisedModule):
         return [self._forward(model, replays, micro, replay)[0] for micro in micro_batches]
 
     def forward_backward(self, micro: TrainBatch, loss_fn: LossFn, *, replay: bool) -> LossOutputs:
-        out = loss_fn(*self._forward(self.model, self.replays, micro, replay, top_k=True))
+        log_probs, at, entropy = self._forward(self.model, self.replays, micro, replay, top_k=True)
+        out = loss_fn(log_probs, at)
         out.loss.backward()  # the loss has global denominators: the batch's gradient is the sum over ranks
-        return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
+        means = {**out.means, "actor/entropy": masked_mean(entropy, micro.response_mask.to(self._device))}
+        return LossOutputs(out.loss.detach(), means, out.sums, out.maxima)
 
     # ------------------------------------------------------------------ the update
     def optimizer_step(self) -> torch.Tensor:

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 import torch
 from moe_models import RouterReplay, load_config
-from moe_models.log_probs import next_token_log_probs
+from moe_models.log_probs import next_token_entropy, next_token_log_probs
 from torch import nn
 
+from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
 from trainers.backend.config import OptimConfig, veomni_family_refusal
 from trainers.backend.data_parallel import DataParallel, full_state
@@ -77,8 +78,9 @@ class VeOmniBackend(OptimisedModule):
     # ------------------------------------------------------------------ forward
     def _forward(
         self, model: nn.Module, routers: list[nn.Module], micro: TrainBatch, replay: bool, top_k: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """([b, t-1] float32 log-probs, [b, t-1, K] of the teacher's top-k ids when `top_k` and the batch has them,
+        [b, t-1] entropies (no gradient) when `top_k`, i.e. when training)."""
         micro = micro.to(self._device)
         routing = None
         if replay:
@@ -92,9 +94,13 @@ class VeOmniBackend(OptimisedModule):
         with replaying(routers, routing), torch.autocast(self._device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask, use_cache=False).logits
         at_ids = micro.teacher_top_ids if top_k else None
-        return next_token_log_probs(
+        log_probs, at = next_token_log_probs(
             logits, micro.input_ids, at_ids, temperature=self.temperature, vocab_size=self.vocab_size
         )
+        entropy = (
+            next_token_entropy(logits, temperature=self.temperature, vocab_size=self.vocab_size) if top_k else None
+        )
+        return log_probs, at, entropy
 
     @torch.no_grad()
     def log_probs(
@@ -108,10 +114,12 @@ class VeOmniBackend(OptimisedModule):
         return [self._forward(model, routers, micro, replay)[0] for micro in micro_batches]
 
     def forward_backward(self, micro: TrainBatch, loss_fn: LossFn, *, replay: bool) -> LossOutputs:
-        out = loss_fn(*self._forward(self.model, self.routers, micro, replay, top_k=True))
+        log_probs, at, entropy = self._forward(self.model, self.routers, micro, replay, top_k=True)
+        out = loss_fn(log_probs, at)
         world = 1 if self.dp is None else self.dp.world_size
         (out.loss * world).backward()  # FSDP2 averages gradients over ranks; the loss has global denominators
-        return LossOutputs(out.loss.detach(), out.means, out.sums, out.maxima)
+        means = {**out.means, "actor/entropy": masked_mean(entropy, micro.response_mask.to(self._device))}
+        return LossOutputs(out.loss.detach(), means, out.sums, out.maxima)
 
     # ------------------------------------------------------------------ weights and checkpoints
     def export_weights(self) -> tuple[dict[str, torch.Tensor], int]:
