@@ -56,6 +56,19 @@ def test_a_read_only_bucket_from_the_object_store_still_unpacks() -> None:
     assert torch.equal(got["model.embed_tokens.weight"], _weights()["model.embed_tokens.weight"])
 
 
+def test_packing_into_scratch_reuses_its_buffers_and_gives_the_new_weights() -> None:
+    scratch: list = []
+    first = pack(_weights(0), 64, scratch)
+    buffers = [b.ctypes.data for b in scratch]
+    assert len(scratch) == len(first) > 1
+    second = pack(_weights(1), 64, scratch)
+    assert [b.ctypes.data for b in scratch] == buffers  # the same memory, no new allocation
+    got = {k: v for b in second for k, v in unpack(b).items()}
+    assert all(torch.equal(got[k], v) for k, v in _weights(1).items())
+    grown = pack({"big": torch.arange(100, dtype=torch.float64)}, 64, scratch)
+    assert scratch[0].nbytes >= 800 and torch.equal(unpack(grown[0])["big"], torch.arange(100, dtype=torch.float64))
+
+
 def test_a_bad_bucket_size_is_refused() -> None:
     with pytest.raises(ValueError, match="bucket_bytes >= 1"):
         pack(_weights(), 0)
