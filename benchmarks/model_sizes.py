@@ -9,7 +9,9 @@ For each size, each measurement in a fresh process of its own (so each side's pe
   (TRL's default optimiser) per batch, at each of `--budgets` padded tokens a micro-batch, its fastest counting.
   Tokens/s counts every real token of the batch; peak MB is the process's peak RSS;
 - push: the trainer's weights to a rollout engine, in this process (`LocalWeightSync` + `NativeEngine.push`, as
-  sync_ppo) and to a Ray actor (`RayWeightSync` through the object store, as async_ppo), as a share of our step;
+  sync_ppo) and to a Ray actor (`RayWeightSync` through the object store, as async_ppo: the median of 8 pushes;
+  a fresh object store's memory takes page faults on first use, so a run's first pushes are slower), as a share of
+  our step;
   and the backend's checkpoint save;
 - generation: the native engine's RL-shaped generation (`--gen-prompts` prompts at once, response lengths drawn from
   8..`--gen-tokens`, temperature 1) against transformers' `generate` on the same prompts and lengths (each batch
@@ -17,7 +19,8 @@ For each size, each measurement in a fresh process of its own (so each side's pe
 - at `small`, a long-response shape too: 4 samples of one prompt with 4,096-token responses.
 Writes `docs/model_sizes.png` (time per trained token and peak memory against total parameters).
 
-Run: `uv run python benchmarks/model_sizes.py [--sizes tiny,small,base] [--steps 2] [--threads 2]`. Last lines, two
+Run: `uv run python benchmarks/model_sizes.py [--sizes tiny,small,base] [--steps 2] [--threads 2]` (`--push-only`: the
+push alone). Last lines, two
 per size:
 `<size>: params <total>M active <active>M vocab <V>  train tokens/s ours <a> vs transformers <b> (<r>x)  peak MB ours <m> vs transformers <t>  push <p>% of step`
 `<size> generation: tokens/s ours <g> vs transformers generate <h> (<x>x)`
@@ -112,6 +115,15 @@ def run_ours(size: str, shape: str, steps: int) -> dict[str, float]:
     return out
 
 
+def run_local_push(size: str) -> dict[str, float]:
+    """`local_push_seconds` of a freshly built backend (no step taken)."""
+    from ray_session.weight_sync import LocalWeightSync
+    from trainers.backend import OptimConfig, TorchBackend
+
+    backend = TorchBackend(model(size), OptimConfig(lr=1e-5), device="cpu")
+    return {"push_s": local_push_seconds(backend, LocalWeightSync())}
+
+
 def local_push_seconds(backend: Any, sync: Any) -> float:
     """publish -> fetch -> `NativeEngine.push` (pause, load, resume) of the backend's weights, in this process."""
     from moe_models import MoEForCausalLM
@@ -188,11 +200,12 @@ def run_ray_push(size: str) -> dict[str, float]:
         weights = {k: v.detach().clone() for k, v in model(size).state_dict().items()}
         sync = RayWeightSync()
         seconds = []
-        for version in (1, 2):  # the first one warms the object store
+        for version in range(1, 9):
             t0 = time.perf_counter()
             ray.get(actor.push.remote(sync.publish(weights, version)))
             seconds.append(time.perf_counter() - t0)
-        return {"ray_push_s": seconds[-1]}
+        # a fresh object store's shared memory takes page faults on first use: the first pushes are the slow ones
+        return {"ray_push_s": statistics.median(seconds), "ray_first_push_s": seconds[0]}
     finally:
         local.stop()
 
@@ -270,9 +283,18 @@ def main() -> None:
     p.add_argument("--budgets", default="1024,2048,4096", help="transformers' micro-batch budgets (its fastest counts)")
     p.add_argument("--gen-prompts", type=int, default=32, help="generation: prompts at once (the engine's slots)")
     p.add_argument("--gen-tokens", type=int, default=64, help="generation: the longest drawn response")
+    p.add_argument("--push-only", action="store_true", help="only the weight push (in process and to a Ray actor)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
+    if args.push_only:
+        for size in args.sizes.split(","):
+            local, ray = in_process(run_local_push, size), run_ray_push(size)
+            print(
+                f"{size} push: {local['push_s']:.2f} s in process, {ray['ray_push_s']:.2f} s to a Ray actor "
+                f"(median of 8 pushes; the first {ray['ray_first_push_s']:.2f} s)"
+            )
+        return
     rows: list[dict[str, Any]] = []
     for size in args.sizes.split(","):
         rows.append(measure(size, args, budgets))
@@ -304,7 +326,8 @@ def measure(size: str, args: argparse.Namespace, budgets: list[int]) -> dict[str
     print(
         f"{size}: ours {ours['step_s']:.2f} s/step ({ours['peak_mb']:.0f} MB), transformers by budget "
         + "  ".join(f"{b}: {t['step_s']:.2f} s ({t['peak_mb']:.0f} MB)" for b, t in theirs.items())
-        + f"; push {ours['push_s']:.2f} s in process, {ray['ray_push_s']:.2f} s to a Ray actor; checkpoint save "
+        + f"; push {ours['push_s']:.2f} s in process, {ray['ray_push_s']:.2f} s to a Ray actor (the first "
+        f"{ray['ray_first_push_s']:.2f} s); checkpoint save "
         f"{ours['save_s']:.2f} s",
         flush=True,
     )
