@@ -8,7 +8,7 @@ For each size, each measurement in a fresh process of its own (so each side's pe
   log-softmax (a gather minus a per-row logsumexp), a token-mean clipped-ratio loss, backward, one fused AdamW step
   (TRL's default optimiser) per batch, at each of `--budgets` padded tokens a micro-batch, its fastest counting.
   Tokens/s counts every real token of the batch; peak MB is the process's peak RSS;
-- push: the trainer's weights to a rollout engine, in this process (`LocalWeightSync` + `NativeEngine.push`, as
+- push: the trainer's weights to a rollout engine, in this process (`export_weights` + `NativeEngine.push`, as
   sync_ppo) and to a Ray actor (`RayWeightSync` through the object store, as async_ppo: the median of 8 pushes;
   a fresh object store's memory takes page faults on first use, so a run's first pushes are slower), as a share of
   our step;
@@ -93,7 +93,6 @@ def peak_mb() -> float:
 
 
 def run_ours(size: str, shape: str, steps: int) -> dict[str, float]:
-    from ray_session.weight_sync import LocalWeightSync
     from trainers import TrainLoopConfig, train_step
     from trainers.algorithm import PPOConfig
     from trainers.backend import OptimConfig, TorchBackend
@@ -111,21 +110,21 @@ def run_ours(size: str, shape: str, steps: int) -> dict[str, float]:
         t0 = time.perf_counter()
         backend.state_dict().save(tmp)
         out["save_s"] = time.perf_counter() - t0
-    out["push_s"] = local_push_seconds(backend, LocalWeightSync())
+    out["push_s"] = local_push_seconds(backend)
     return out
 
 
 def run_local_push(size: str) -> dict[str, float]:
     """`local_push_seconds` of a freshly built backend (no step taken)."""
-    from ray_session.weight_sync import LocalWeightSync
     from trainers.backend import OptimConfig, TorchBackend
 
     backend = TorchBackend(model(size), OptimConfig(lr=1e-5), device="cpu")
-    return {"push_s": local_push_seconds(backend, LocalWeightSync())}
+    return {"push_s": local_push_seconds(backend)}
 
 
-def local_push_seconds(backend: Any, sync: Any) -> float:
-    """publish -> fetch -> `NativeEngine.push` (pause, load, resume) of the backend's weights, in this process."""
+def local_push_seconds(backend: Any) -> float:
+    """`export_weights` -> `NativeEngine.push` (pause, load, resume) of the backend's weights, in this process (as
+    sync_ppo pushes)."""
     from moe_models import MoEForCausalLM
     from native_engine import NativeEngine
 
@@ -133,8 +132,7 @@ def local_push_seconds(backend: Any, sync: Any) -> float:
 
     async def push() -> None:
         weights, version = backend.export_weights()
-        handle = sync.publish(weights, version)
-        await engine.push(sync.fetch(handle), handle.version, "abort")
+        await engine.push(weights, version, "abort")
 
     asyncio.run(push())  # warm-up
     t0 = time.perf_counter()

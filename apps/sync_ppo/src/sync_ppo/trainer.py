@@ -20,7 +20,6 @@ from pathlib import Path
 from distillation.stream import TeacherStream, attach_teacher
 from distillation.teacher_set import TeacherSet
 from moe_models.precision_probe import probe, write_probe
-from ray_session.weight_sync import LocalWeightSync
 from rl_rollout.engine_site import EngineSite
 from rl_rollout.requests import GroupSpec, step_requests
 from rl_rollout.rollout import generate_all, score_all
@@ -47,7 +46,6 @@ class SyncPPO:
     s: RunSetup
     engine: RolloutEngine
     trainer: PolicyTrainer
-    sync: LocalWeightSync
     teacher: TeacherSet | None = None  # on-policy distillation: scores each finished group
     teacher_val_acc: float | None = None  # the default teacher's greedy accuracy, measured when it was built
     board: TensorBoardLog | None = None  # a mirror of metrics.jsonl when tensorboard is installed
@@ -81,9 +79,9 @@ class SyncPPO:
 
     async def push_weights(self) -> None:
         """The engine serves exactly the trainer's new weights, tagged with the trainer's version (nothing is in
-        flight between two synchronous steps)."""
-        handle = self.trainer.publish(self.sync)
-        await self.engine.push(self.sync.fetch(handle), handle.version, "abort")
+        flight between two synchronous steps). The engine copies them in: in one process they need no packing."""
+        weights, version = self.trainer.engine_weights()
+        await self.engine.push(weights, version, "abort")
 
     async def validate(self, step: int) -> dict[str, float]:
         s = self.s
@@ -216,7 +214,7 @@ async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
                 await part.close()
         s.close()
         raise
-    return SyncPPO(s, engine, trainer, LocalWeightSync(), teacher, teacher_acc, board)
+    return SyncPPO(s, engine, trainer, teacher, teacher_acc, board)
 
 
 async def run_loop(cfg: SyncConfig, resume: bool) -> RunSummary[SyncDetails]:

@@ -4,7 +4,8 @@ In async training most tokens were sampled by an older version than the trainer 
 the trainer's current forward measures the policy's own change, not engine/trainer mismatch. The probe keeps
 the last `keep` versions' weights (one CPU copy each) and scores a seeded sample of sequences with a scratch
 model loaded with the version `u` that sampled them, comparing only tokens of version `u`; with replay of the
-engine's routing and without. Metrics: `mismatch/behaviour_replay/*` and `mismatch/behaviour_no_replay/*`.
+engine's routing and without. Metrics: `mismatch/behaviour_replay/*` and `mismatch/behaviour_no_replay/*`. With
+`sample_seqs` 0 it is off: no copy and no scratch model is kept.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ class BehaviourProbe:
     def __init__(self, model: MoEForCausalLM, *, keep: int, sample_seqs: int, temperature: float, seed: int) -> None:
         if keep < 1:
             raise ValueError(f"BehaviourProbe: expected keep >= 1, got {keep}")
-        self.scratch = copy.deepcopy(model).eval()
+        self.scratch = copy.deepcopy(model).eval() if sample_seqs else None
         self.keep, self.sample_seqs, self.temperature, self.seed = keep, sample_seqs, temperature, seed
         self.versions: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
 
     def record(self, model: MoEForCausalLM, version: int) -> None:
-        """Remembers `model`'s current weights as `version` (the oldest beyond `keep` is forgotten)."""
+        """Remembers `model`'s current weights as `version` (the oldest beyond `keep` is forgotten; nothing when
+        the probe is off)."""
+        if self.scratch is None:
+            return
         self.versions[version] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         while len(self.versions) > self.keep:
             self.versions.popitem(last=False)
@@ -64,6 +68,7 @@ class BehaviourProbe:
         return {k: v for k, v in floats.items() if not math.isnan(v)}  # a prefix with no token keeps its count
 
     def _score(self, sub: TrainBatch, version: int) -> dict[bool, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        assert self.scratch is not None  # measure() finds no remembered version when the probe is off
         self.scratch.load_state_dict(self.versions[version])
         mask = sub.response_mask * (sub.token_versions == version).to(sub.response_mask.dtype)
         out = {}

@@ -95,12 +95,17 @@ class PolicyTrainer:
     def train(self, step: int, scored: Sequence[ScoredSample]) -> dict[str, float]:
         return self.update(step, self.prepare(scored), scored)
 
-    def publish(self, sync: WeightSync) -> WeightHandle:
-        """The trainer's weights as `version`, floating ones in `weight_dtype` (bf16 engines get bf16: half the
-        bytes, and the rounding the engine would apply anyway happens once, here)."""
+    def engine_weights(self) -> tuple[dict[str, torch.Tensor], int]:
+        """The trainer's weights (a copy, CPU) and their version, floating ones in `weight_dtype` (bf16 engines get
+        bf16: half the bytes, and the rounding the engine would apply anyway happens once, here)."""
         weights, version = self.steps.export_weights()
         if self.weight_dtype is not None:
             weights = {k: v.to(self.weight_dtype) if v.is_floating_point() else v for k, v in weights.items()}
+        return weights, version
+
+    def publish(self, sync: WeightSync) -> WeightHandle:
+        """`engine_weights` published as their version."""
+        weights, version = self.engine_weights()
         return sync.publish(weights, version)
 
     def close(self) -> None:
