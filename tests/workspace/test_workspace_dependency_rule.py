@@ -142,7 +142,6 @@ RULE: dict[str, Rule] = {
         (
             "distillation",
             "moe-models",
-            "ray-session",
             "rl-rollout",
             "rl-run",
             "rollout-core",

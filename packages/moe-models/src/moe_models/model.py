@@ -102,8 +102,9 @@ class MoEForCausalLM(nn.Module):
         ones' logits are zeros. Routing capture needs every position, so it excludes `logits_from`.
         `shared_prefix` [B] int64 (each within its row's real tokens, as a prompt length): a row whose first
         `shared_prefix[b]` tokens, and replayed routing there, equal an earlier row's (a GRPO group's prompt) reads
-        them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`);
-        ignored with `invariant`, whose attention must see every row in full.
+        them from that row, so they are computed once (`shared_prefix.prefix_owners`; exact, see `TokenLayout`;
+        with `invariant` bit for bit: every op there gives a token the same bits whichever rows it is computed with,
+        and attention still reads each row's keys in its own slots, see `SegmentGrid.of`).
         `invariant`: batch-invariant ops (`ForwardContext`); `trace`: sees every op's output.
         `score`: no logits; the output's `scores` instead (`token_log_probs_at`, which goes through this call so that
         module hooks, FSDP2's among them, run).
@@ -139,8 +140,6 @@ class MoEForCausalLM(nn.Module):
         cfg = self.config
         if replay is not None:
             replay.validate(batch, seq, cfg.num_moe_layers, cfg.num_experts_per_tok, cfg.num_experts)
-        if invariant:  # batch-invariant attention reduces over a row's key slots: every row computed in full
-            shared_prefix = None
         owners = None if shared_prefix is None else prefix_owners(input_ids, shared_prefix, replay)  # [B]
         layout = TokenLayout.of(input_ids, attention_mask, owners=owners, shared=shared_prefix)
         wanted = self._wanted(layout, attention_mask, logits_from)  # [M] of the N tokens, or None: all

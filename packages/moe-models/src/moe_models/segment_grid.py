@@ -54,12 +54,15 @@ class SegmentGrid:
         cls, layout: TokenLayout, owners: torch.Tensor | None, shared: torch.Tensor | None, *, blocked: bool = True
     ) -> SegmentGrid:
         """owners and shared `[B]` as `TokenLayout.of` took them (None: no shared prefixes); rows that share an
-        owner share their prefix length (as `shared_prefix.prefix_owners` assigns them). `blocked` False: one block
-        of `[S, T]` slots, the segments in layout order (the grid invariant mode needs)."""
+        owner share their prefix length (as `shared_prefix.prefix_owners` assigns them). `blocked` False: the rows
+        layout as one block of `[B, T]` slots, each row's keys in slots of their positions, a shared prefix read from
+        its owner's tokens (the grid invariant mode needs: a query reduces over its row's keys in position order,
+        whatever rows share)."""
         candidates = [_Cells.rows(layout)]
         device = layout.positions.device
         if (
-            owners is not None
+            blocked
+            and owners is not None
             and shared is not None
             and not bool((owners.to(device) == torch.arange(layout.batch, device=device)).all())
         ):
