@@ -40,7 +40,7 @@ class Measured:
 
 
 def _measure(kind: str, run_dir: Path, target: float, wall_s: float) -> Measured:
-    from run_logging import read_metrics
+    from run_lifecycle import read_metrics
 
     rows = read_metrics(run_dir / "metrics.jsonl")
     steps: dict[int, dict[str, object]] = {}
@@ -122,8 +122,8 @@ def main() -> None:
         "flags", nargs="*", help="app flags for both apps, after `--` (e.g. -- --rollout.samples_per_prompt 8)"
     )
     args = p.parse_args()
-    from rl_tasks.warmup import ensure_base_checkpoint
     from sync_ppo.cli import parse
+    from trainers.warmup import ensure_base_checkpoint
 
     cfg, _ = parse([*(["--config", args.config] if args.config else []), *args.flags])
     ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())  # not timed

@@ -19,7 +19,7 @@ def _run(args: argparse.Namespace, run_dir: Path, staleness: int) -> tuple[float
     """(images per second of the steps, final validation reward)."""
     from flow_grpo.cli import parse
     from flow_grpo.trainer import train
-    from run_logging import read_metrics
+    from run_lifecycle import read_metrics
 
     cfg, _ = parse(["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
                     "--run.plots", "false", "--pipeline.max_staleness", str(staleness),

@@ -42,8 +42,8 @@ class Lengths:
 
 
 def _read(kind: str, run_dir: Path, wall_s: float) -> Lengths:
-    from rl_pipeline.lengths import read_excluded, trained_lengths
-    from run_logging import RunDir, read_metrics
+    from async_pipeline.lengths import read_excluded, trained_lengths
+    from run_lifecycle import RunDir, read_metrics
 
     run = RunDir(run_dir)
     steps: dict[int, dict[str, object]] = {}
@@ -105,8 +105,8 @@ def main() -> None:
     p.add_argument("--policy", choices=("correct", "rerun"), default="", help="async's pipeline.staleness_policy")
     p.add_argument("flags", nargs="*", help="app flags for both apps, after `--`")
     args = p.parse_args()
-    from rl_tasks.warmup import ensure_base_checkpoint
     from sync_ppo.cli import parse
+    from trainers.warmup import ensure_base_checkpoint
 
     cfg, _ = parse([*(["--config", args.config] if args.config else []), *args.flags])
     ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())  # not timed

@@ -187,9 +187,9 @@ def trl_step(hf: Any, batch: Any, budget: int) -> Callable[[], None]:
 def run_ray_push(size: str) -> dict[str, float]:
     """publish (the trainer's process) -> an actor's fetch and `NativeEngine.push`, through Ray's object store."""
     import ray
-    from ray_session.config import RayConfig
-    from ray_session.session import LocalRay
-    from ray_session.weight_sync import RayWeightSync
+    from async_pipeline.ray_session.config import RayConfig
+    from async_pipeline.ray_session.session import LocalRay
+    from async_pipeline.ray_session.weight_sync import RayWeightSync
 
     local = LocalRay.start(RayConfig(temp_dir=f"/tmp/model_sizes_ray_{size}"), num_cpus=2, log_to_driver=False)
     try:
@@ -210,8 +210,8 @@ def run_ray_push(size: str) -> dict[str, float]:
 
 class _EngineActor:
     def __init__(self, size: str) -> None:
+        from async_pipeline.ray_session.weight_sync import RayWeightSync
         from native_engine import NativeEngine
-        from ray_session.weight_sync import RayWeightSync
 
         torch.set_num_threads(1)
         self.engine = NativeEngine(model(size).eval(), max_len=64, slots=4)

@@ -37,7 +37,7 @@ class Curve:
 
 
 def _curve(kind: str, run_dir: Path) -> Curve:
-    from run_logging import read_metrics
+    from run_lifecycle import read_metrics
 
     rows = read_metrics(run_dir / "metrics.jsonl")
     samples, curve_n, curve_acc, last = 0.0, [], [], {}
@@ -76,9 +76,9 @@ def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
 
 
 def _teacher_accuracy(args: argparse.Namespace) -> float:
-    from distillation.teacher import TeacherConfig, ensure_teacher
-    from rl_run.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.model_config import ModelConfig
+    from trainers.distillation.teacher import TeacherConfig, ensure_teacher
+    from trainers.recipe.config import AppWarmupConfig, SortTaskConfig
 
     task = SortTaskConfig(addition_weight=0.5, sort_weight=0.5) if args.addition else SortTaskConfig()
     cache = Path(".cache/warmup").resolve()

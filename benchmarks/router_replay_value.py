@@ -44,9 +44,9 @@ class Scored:
 
 def _base_and_prompts(count: int, seed: int) -> tuple[Path, list[list[int]], int]:
     from moe_models import load_tokenizer
-    from rl_run.config import AppWarmupConfig, SortTaskConfig
     from rl_tasks.renderer import Renderer
-    from rl_tasks.warmup import ensure_base_checkpoint
+    from trainers.recipe.config import AppWarmupConfig, SortTaskConfig
+    from trainers.warmup import ensure_base_checkpoint
 
     task = SortTaskConfig().build()
     base = ensure_base_checkpoint(task, AppWarmupConfig(), Path(".cache/warmup").resolve())
@@ -109,7 +109,7 @@ def _score(checkpoint: Path, prompts: list[list[int]], segments: list, replay: b
 
 
 def _train(run_dir: Path, steps: int, seed: int, replay: bool) -> list[dict[str, object]]:
-    from run_logging import read_metrics
+    from run_lifecycle import read_metrics
     from sync_ppo.cli import parse
     from sync_ppo.trainer import train
 

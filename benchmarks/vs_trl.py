@@ -133,8 +133,8 @@ def main() -> None:
     if args.seeds < 1:
         raise SystemExit(f"--seeds: expected >= 1, got {args.seeds}")
     python = build_trl_env()
-    from rl_tasks.warmup import ensure_base_checkpoint
     from sync_ppo.cli import parse
+    from trainers.warmup import ensure_base_checkpoint
 
     cfg, _ = parse(["--config", args.config] if args.config else [])
     base = ensure_base_checkpoint(cfg.task, cfg.warmup, Path(cfg.run.warmup_cache).resolve())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from async_ppo.config import AsyncConfig
 from flow_grpo.config import FlowConfig
-from run_config import to_markdown
+from run_lifecycle import to_markdown
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 OUT_FLOW = OUT.with_name("configuration_flow_grpo.md")

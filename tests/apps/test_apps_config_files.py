@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from async_ppo.cli import parse as parse_async
-from run_config import to_dict
+from run_lifecycle import to_dict
 from sync_ppo.cli import parse as parse_sync
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))

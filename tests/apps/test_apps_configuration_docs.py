@@ -28,7 +28,7 @@ def test_the_flow_grpo_configuration_reference_matches_its_typed_config() -> Non
 
 def test_every_key_of_both_apps_is_in_the_reference() -> None:
     from async_ppo.config import AsyncConfig
-    from run_config import leaves
+    from run_lifecycle import leaves
     from sync_ppo.config import SyncConfig
 
     text = (ROOT / "docs" / "configuration.md").read_text()

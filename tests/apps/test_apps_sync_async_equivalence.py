@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,8 @@ TINY = [
 def ray_session() -> Iterator[None]:
     """One loopback-only Ray for the module, its temp dir removed afterwards (as the app's own)."""
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    from ray_session.config import RayConfig
-    from ray_session.session import LocalRay
+    from async_pipeline.ray_session.config import RayConfig
+    from async_pipeline.ray_session.session import LocalRay
 
     local = LocalRay.start(RayConfig(temp_dir=f"/tmp/apps_eq_{os.getpid()}"), num_cpus=2, log_to_driver=False)
     yield

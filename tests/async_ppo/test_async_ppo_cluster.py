@@ -21,7 +21,7 @@ import pytest
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from trainers.dumps import read_dump
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -14,9 +14,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from async_pipeline.ledger import LedgerState
 from async_ppo_helpers import TINY, trained_prompt_indices
-from rl_pipeline.ledger import LedgerState
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 
 pytestmark = pytest.mark.slow
 

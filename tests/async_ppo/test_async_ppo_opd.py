@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from async_pipeline.ray_session.config import RayConfig
+from async_pipeline.ray_session.session import LocalRay
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from distillation.teacher import ensure_teacher
 from engine_adapters.vllm import default_python
-from ray_session.config import RayConfig
-from ray_session.session import LocalRay
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
+from trainers.distillation.teacher import ensure_teacher
 from trainers.dumps import read_dump
 
 pytestmark = pytest.mark.slow

@@ -9,15 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from async_pipeline.fleet import PipelineError
+from async_pipeline.ledger import LedgerState
+from async_pipeline.ray_session.config import RayConfig
+from async_pipeline.ray_session.session import LocalRay
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
-from ray_session.config import RayConfig
-from ray_session.session import LocalRay
-from rl_pipeline.fleet import PipelineError
-from rl_pipeline.ledger import LedgerState
 from rollout_core import TrajectoryStatus
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from trainers.dumps import read_dump
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,11 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from async_pipeline.ray_session.config import RayConfig
+from async_pipeline.ray_session.session import LocalRay
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
-from ray_session.config import RayConfig
-from ray_session.session import LocalRay
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 
 
 def _needs(library: str, marker: pytest.MarkDecorator, script: str) -> list[pytest.MarkDecorator]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from async_pipeline.ray_session.config import RayConfig
 from async_ppo.cli import parse
-from ray_session.config import RayConfig
 
 
 def test_the_new_ray_flags_parse_from_the_command_line() -> None:

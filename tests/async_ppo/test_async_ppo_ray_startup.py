@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 CHILD = r"""
 import json, os, signal, sys, threading, time
-from ray_session.config import RayConfig
-from ray_session.session import RaySession
+from async_pipeline.ray_session.config import RayConfig
+from async_pipeline.ray_session.session import RaySession
 
 spec = json.loads(sys.argv[1])
 cfg = RayConfig(**spec["ray"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from async_ppo_helpers import TINY
-from run_logging import RunLock, read_metrics
+from run_lifecycle import RunLock, read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
 
 if TYPE_CHECKING:
-    from rl_pipeline.rollouter import RollouterSpec
+    from async_pipeline.rollouter import RollouterSpec
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "async_ppo"
 
@@ -50,8 +50,8 @@ def test_bad_settings_are_rejected_with_got_and_expected(tmp_path: Path, flags: 
 def test_rollout_compile_decode_flag_reaches_every_rollouters_engine_spec(
     tmp_path: Path, tiny_config: Callable[..., AsyncConfig]
 ) -> None:
-    from rl_pipeline.specs import rollouter_specs
-    from rl_run.setup import prepare_run
+    from async_pipeline.specs import rollouter_specs
+    from trainers.recipe.setup import prepare_run
 
     def specs_of(cfg: AsyncConfig) -> list[RollouterSpec]:
         return rollouter_specs(prepare_run(cfg), cfg.pipeline, cfg.ray, cfg.faults)

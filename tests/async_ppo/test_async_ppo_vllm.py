@@ -24,17 +24,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from async_pipeline.specs import rollouter_specs
 from async_ppo.cli import parse
 from async_ppo.config import AsyncConfig
 from async_ppo.pipeline import train
 from engine_adapters.vllm import default_python
 from engine_adapters.vllm.rollout_engine import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
 from moe_models import load_pretrained
-from rl_pipeline.specs import rollouter_specs
-from rl_run.setup import prepare_run
 from rollout_core import SamplingParams, StopReason, Trajectory, TrajectoryStatus, generate_with_resume
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from trainers.dumps import DumpRecord, read_dump
+from trainers.recipe.setup import prepare_run
 
 VLLM_PYTHON = default_python()
 STEPS = 3

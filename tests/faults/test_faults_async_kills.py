@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import ray
+from async_pipeline.fleet import RolloutFleet
+from async_pipeline.ledger import LedgerState
 from async_ppo.cli import parse
 from async_ppo.pipeline import train
 from faults_apps import PROMPTS_PER_STEP, app_flags, descendant_pids, trained_prompt_indices
 from faults_tally import FaultTally
-from rl_pipeline.fleet import RolloutFleet
-from rl_pipeline.ledger import LedgerState
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 
 pytestmark = pytest.mark.faults
 

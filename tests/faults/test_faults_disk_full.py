@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from faults_apps import app_flags, resume_flags
 from faults_tally import FaultTally
-from run_logging import RunDir, read_metrics
-from run_loop import RunProgress
-from run_loop import driver as run_driver
+from run_lifecycle import RunDir, RunProgress, read_metrics
+from run_lifecycle import driver as run_driver
 from safetensors import SafetensorError
 from sync_ppo import trainer as sync_trainer
 from sync_ppo.cli import parse
@@ -29,8 +28,8 @@ pytestmark = pytest.mark.faults
 WRITER = textwrap.dedent("""
     import resource, sys, torch
     from pathlib import Path
-    from run_logging import RunDir
-    from run_loop import RunProgress, commit_checkpoint, stage_checkpoint
+    from run_lifecycle import RunDir
+    from run_lifecycle import RunProgress, commit_checkpoint, stage_checkpoint
     from trainers.backend import BackendState
 
     def save(state: BackendState, progress: RunProgress) -> None:  # what sync_ppo's checkpoint hook writes

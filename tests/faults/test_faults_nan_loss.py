@@ -12,7 +12,7 @@ import pytest
 import torch
 from faults_apps import app_flags, resume_flags
 from faults_tally import FaultTally
-from run_logging import RunDir, read_metrics
+from run_lifecycle import RunDir, read_metrics
 from sync_ppo.cli import parse
 from sync_ppo.trainer import train
 from trainers import step_runner

@@ -1,5 +1,5 @@
 """A reward function that raises and one that hangs, inside a real run (sync_ppo: both apps score through
-`rl_rollout.rollout.score_all`): each hit sample is a counted `reward_error` with its reason, never a 0 reward and
+`trainers.rollout.rollout.score_all`): each hit sample is a counted `reward_error` with its reason, never a 0 reward and
 never trained on, and the run goes on to its last step."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from faults_apps import app_flags
 from faults_tally import FaultTally
-from rl_rollout import rollout
-from rl_rollout.samples import GenRequest, SampleStatus, ScoredSample
 from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardFn, RewardResult
 from rollout_core import Trajectory
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo import trainer as sync_trainer
 from sync_ppo.cli import parse
 from trainers.dumps import read_dump
+from trainers.rollout import rollout
+from trainers.rollout.samples import GenRequest, SampleStatus, ScoredSample
 
 pytestmark = pytest.mark.faults
 

@@ -17,13 +17,13 @@ from engine_adapters.vllm.server import default_python
 from faults_apps import app_flags
 from faults_tally import FaultTally
 from moe_models import load_tokenizer
-from rl_rollout.engine_site import EngineSite
-from rl_rollout.requests import GroupSpec, step_requests
-from rl_rollout.rollout import generate_all
 from rl_tasks.renderer import Renderer
-from rl_tasks.warmup import ensure_base_checkpoint
 from rollout_core import TrajectoryStatus
 from sync_ppo.cli import parse
+from trainers.rollout.engine_site import EngineSite
+from trainers.rollout.requests import GroupSpec, step_requests
+from trainers.rollout.rollout import generate_all
+from trainers.warmup import ensure_base_checkpoint
 
 pytestmark = [
     pytest.mark.faults,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from flow_grpo.cli import parse
 from flow_grpo.trainer import train
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 
 TINY = [
     "--warmup.steps", "60", "--reward.steps", "150", "--model.hidden", "64", "--model.depth", "2",

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from distillation.teacher import ensure_teacher
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
+from trainers.distillation.teacher import ensure_teacher
 from trainers.dumps import read_dump
 
 pytestmark = pytest.mark.slow

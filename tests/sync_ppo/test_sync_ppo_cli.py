@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_config import to_toml
+from run_lifecycle import to_toml
 from sync_ppo.cli import parse
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "sync_ppo"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from moe_models.precision_report import report
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 

@@ -11,7 +11,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 from trainers import PADDING_DATA_SOURCE

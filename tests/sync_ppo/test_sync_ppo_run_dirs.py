@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo_helpers import TINY, TOY_TASK
 
 pytestmark = pytest.mark.slow

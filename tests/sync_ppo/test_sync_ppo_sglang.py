@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from engine_adapters.sglang import ModelShape
 from engine_adapters.testing.fake_sglang import FakeSGLangServer
-from rl_run.setup import prepare_run
 from rollout_core import TrajectoryStatus
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 from trainers.dumps import read_dump
+from trainers.recipe.setup import prepare_run
 
 pytestmark = pytest.mark.slow
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rl_run.config import SortTaskConfig
 from rollout_core import NOT_SAMPLED, TrajectoryStatus
-from run_logging import read_metrics
+from run_lifecycle import read_metrics
 from sync_ppo.config import SyncConfig
 from sync_ppo.trainer import train
 from trainers.dumps import read_dump
+from trainers.recipe.config import SortTaskConfig
 
 pytestmark = pytest.mark.slow
 

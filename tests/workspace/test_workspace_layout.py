@@ -132,9 +132,9 @@ def test_the_workspace_has_its_packages_and_apps() -> None:
     names = {m.name for m in members()}
     assert {
         "trainers",
-        "rl_run",
-        "rl_rollout",
-        "distillation",
+        "run_lifecycle",
+        "async_pipeline",
+        "rl_tasks",
         "moe_models",
         "flow_models",
         "native_engine",

@@ -1,6 +1,6 @@
 """Command line: `uv run apps/async_ppo [--config file.toml] [--section.key value ...] [--resume]`.
 
-Only the standard library, run_config and the config dataclasses are imported before the arguments are parsed,
+Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
 so `--help` answers in well under a second; torch and ray come with `async_ppo.pipeline`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from run_loop.cli import app_parser, resolve_run, run_app
+from run_lifecycle.cli import app_parser, resolve_run, run_app
 
 from async_ppo.config import AsyncConfig
 
@@ -27,15 +27,15 @@ Artifacts go to the run directory (metrics.jsonl, config.toml, rollouts/, valida
 
 
 def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
-    """The resolved config and whether to resume (`run_loop.cli.resolve_run`: the saved config is the base)."""
+    """The resolved config and whether to resume (`run_lifecycle.cli.resolve_run`: the saved config is the base)."""
     args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
     return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
 def check(cfg: AsyncConfig) -> None:
-    """The run's checks that read its data, tokenizer and checkpoint (`rl_run.setup.check_run`): exit 2 on a bad
-    one, before anything is built."""
-    from rl_run.setup import check_run
+    """The run's checks that read its data, tokenizer and checkpoint (`trainers.recipe.setup.check_run`): exit 2 on a
+    bad one, before anything is built."""
+    from trainers.recipe.setup import check_run
 
     check_run(cfg)
 

@@ -1,8 +1,8 @@
 """AsyncConfig: every knob of an async PPO run (no torch or ray imported here, so `--help` is instant).
 
 The shared sections (run, task, warmup, rollout, algorithm, train, optim, backend, validation) are every trainer
-app's (`rl_run.config.RecipeConfig`), so a config that runs one trainer runs the other; this app adds pipeline
-and faults (`rl_pipeline.config`: the async machinery's sections) and ray. Defaults: one rollouter and one trainer
+app's (`trainers.recipe.config.RecipeConfig`), so a config that runs one trainer runs the other; this app adds pipeline
+and faults (`async_pipeline.config`: the async machinery's sections) and ray. Defaults: one rollouter and one trainer
 on their own core each, max_staleness 1 (the rollouter generates step s + 1 while the trainer trains step s),
 weights pushed after every update with pause `keep` (in-flight responses continue under the new weights, each token
 tagged with its version).
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ray_session.config import RayConfig
-from rl_pipeline.config import FaultConfig, PipelineConfig
-from rl_run.config import RecipeConfig
+from async_pipeline.config import FaultConfig, PipelineConfig
+from async_pipeline.ray_session.config import RayConfig
+from trainers.recipe.config import RecipeConfig
 
 
 @dataclass

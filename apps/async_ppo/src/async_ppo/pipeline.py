@@ -8,8 +8,8 @@
         every k steps: start a validation on the validator's own engine (collected when ready)
         metrics line -> progress bar -> checkpoint (trainer state + ledger of unfinished prompts)
 
-`Pipeline` is the `run_loop.RunApp` that `run_loop.drive` runs (start or resume, the step loop, checkpoints) over
-the actors of `rl_pipeline.actors`: a checkpoint's trainer save is queued and the ledger snapshotted before the
+`Pipeline` is the `run_lifecycle.RunApp` that `run_lifecycle.drive` runs (start or resume, the step loop, checkpoints)
+over the actors of `async_pipeline.actors`: a checkpoint's trainer save is queued and the ledger snapshotted before the
 next step's take and update are queued; the validations of steps <= a checkpoint are collected before it commits.
 """
 
@@ -19,17 +19,17 @@ import asyncio
 import time
 from pathlib import Path
 
-from distillation.teacher import TeacherRoster, check_roster, ensure_roster
-from ray_session.session import RaySession
-from rl_pipeline.actors import Actors, TrainCall
-from rl_pipeline.staged_checkpoint import StagedCheckpoint
-from rl_pipeline.step_clock import StepClock
-from rl_pipeline.step_rows import StepRows
-from rl_pipeline.teacher_pool import pool_cpus
-from rl_pipeline.validations import PendingValidations
-from rl_run.setup import RunSetup, prepare_run
-from run_loop import Checkpoint, RunSummary, drive, due
-from run_loop.sigterm import exit_on_sigterm
+from async_pipeline.actors import Actors, TrainCall
+from async_pipeline.ray_session.session import RaySession
+from async_pipeline.staged_checkpoint import StagedCheckpoint
+from async_pipeline.step_clock import StepClock
+from async_pipeline.step_rows import StepRows
+from async_pipeline.teacher_pool import pool_cpus
+from async_pipeline.validations import PendingValidations
+from run_lifecycle import Checkpoint, RunSummary, drive, due
+from run_lifecycle.sigterm import exit_on_sigterm
+from trainers.distillation.teacher import TeacherRoster, check_roster, ensure_roster
+from trainers.recipe.setup import RunSetup, prepare_run
 
 from async_ppo.cli import DEFAULT_RUNS_ROOT
 from async_ppo.config import AsyncConfig
@@ -46,7 +46,7 @@ class Pipeline:
         self.clock = StepClock()
 
     async def start(self, loaded: Checkpoint | None) -> None:
-        """`run_loop.RunApp.start`: starts every actor (from the checkpoint when resuming), then queues the first
+        """`run_lifecycle.RunApp.start`: starts every actor (from the checkpoint when resuming), then queues the first
         step; a fresh run first starts the base model's validation (step 0)."""
         cfg = self.cfg
         done, version = (loaded.progress.step, loaded.progress.version) if loaded else (0, 0)
@@ -71,7 +71,7 @@ class Pipeline:
         return self.actors
 
     async def step(self, step: int, checkpoint: Path | None) -> dict[str, float]:
-        """`run_loop.RunApp.step`: finishes the queued call of `step` (queuing the next), adds its training metrics
+        """`run_lifecycle.RunApp.step`: finishes the queued call of `step` (queuing the next), adds its training metrics
         to its line and collects finished validations (after the last step: all). Returns what the bar shows."""
         call = self.call
         if call is None or call.step != step:
@@ -104,7 +104,7 @@ class Pipeline:
         return metrics, after
 
     async def save(self, step: int, folder: Path) -> int:
-        """`run_loop.RunApp.save`: completes the checkpoint staged at `step`. The validations of steps <= it are
+        """`run_lifecycle.RunApp.save`: completes the checkpoint staged at `step`. The validations of steps <= it are
         awaited first, so every metrics line up to the checkpoint (validation included) is written before `COMPLETE`:
         a kill after it loses nothing that `--resume` would not redo."""
         staged, self.staged = self.staged, None
@@ -116,7 +116,7 @@ class Pipeline:
         return await staged.complete(self.cfg.ray.call_timeout_s)
 
     async def close(self, completed: bool) -> None:
-        """`run_loop.RunApp.close`: stops the actors in order after a whole run, then ends every one (after an
+        """`run_lifecycle.RunApp.close`: stops the actors in order after a whole run, then ends every one (after an
         error too), the Ray session and the run directory's lock."""
         try:
             if completed and self.actors is not None:

@@ -1,13 +1,12 @@
 """What an async_ppo run reports: its progress bar, `plots/training.png`, the staleness and length histograms
-(`rl_pipeline.histograms`), and the summary's throughput, staleness and mismatch means."""
+(`async_pipeline.histograms`), and the summary's throughput, staleness and mismatch means."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_pipeline.histograms import save_histograms
-from run_logging import Panel
-from run_loop import Rows, RunReport, mean_of
+from async_pipeline.histograms import save_histograms
+from run_lifecycle import Panel, Rows, RunReport, mean_of
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Command line: `uv run apps/flow_grpo [--config file.toml] [--section.key value ...] [--resume]`.
 
-Only the standard library, run_config and the config dataclasses are imported before the arguments are parsed,
+Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
 so `--help` answers at once; torch comes with `flow_grpo.trainer`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from run_loop.cli import app_parser, resolve_run, run_app
+from run_lifecycle.cli import app_parser, resolve_run, run_app
 
 from flow_grpo.config import FlowConfig
 

@@ -1,9 +1,9 @@
 """FlowConfig: every knob of a FlowGRPO run, as typed sections (standard library and config modules only, so
 `--help` is instant). Each component owns its section and consumes it as it is: the velocity model
 (`flow_models.velocity_config`), its warm-up (`flow_models.warmup_config`), the sampler
-(`flow_models.sampler_config`), the algorithm and the training loop (`flow_rl.config`), the validation
-(`flow_rl.validation_config`), the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray
-(`ray_session.config`).
+(`flow_models.sampler_config`), the algorithm and the training loop (`trainers.flow.config`), the validation
+(`trainers.flow.validation_config`), the optimiser (`trainers.backend.config`), the rewards (`flow_models.rewards`), Ray
+(`async_pipeline.ray_session.config`).
 
 Defaults are the CPU recipe: 8x8 digits, a 600-step flow-matching warm-up with 40% of its labels randomised (so
 the base follows its class loosely and leaves RL room), 16 classes x 8 samples per step,
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from async_pipeline.ray_session.config import RayConfig
 from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup_config import FlowWarmupConfig
-from flow_rl.config import FlowGRPOConfig, FlowTrainConfig
-from flow_rl.validation_config import FlowValidationConfig
-from ray_session.config import RayConfig
-from run_loop.run_section import RunConfig
+from run_lifecycle.run_section import RunConfig
 from trainers.backend.config import OptimConfig
+from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
+from trainers.flow.validation_config import FlowValidationConfig
 
 
 def _help(text: str, default: object) -> object:

@@ -1,13 +1,12 @@
 """What a FlowGRPO run reports: its progress bar, `plots/training.png` (reward curves), `plots/before_after.png`
-(`flow_rl.pictures`) and the summary's classification accuracy."""
+(`trainers.flow.pictures`) and the summary's classification accuracy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flow_rl.pictures import save_before_after_plot
-from run_logging import Panel
-from run_loop import Rows, RunReport, last_of
+from run_lifecycle import Panel, Rows, RunReport, last_of
+from trainers.flow.pictures import save_before_after_plot
 
 PANELS = (
     Panel("reward (train batch mean, validation ODE sampler)", ("reward/mean", "val/reward/mean")),

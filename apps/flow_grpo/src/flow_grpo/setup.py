@@ -1,19 +1,19 @@
 """FlowSetup: what a run prepares before it trains: its directory (claimed, locked), the cached base model and
-reward classifier (`flow_rl.base`), the backend, the rewards, and the rollouter with its batches in flight
-(`flow_rl.inflight`: in this process or on a Ray actor)."""
+reward classifier (`trainers.flow.base`), the backend, the rewards, and the rollouter with its batches in flight
+(`async_pipeline.flow_inflight`: in this process or on a Ray actor)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from async_pipeline.flow_inflight import InFlight
+from async_pipeline.flow_rollouter import FlowRollouterSpec
 from flow_models.rewards import RewardFn
-from flow_rl.backend import FlowBackend
-from flow_rl.base import FlowBase
-from flow_rl.inflight import InFlight
-from flow_rl.rollouter import FlowRollouterSpec
-from run_logging import MetricsLog, RunDir, RunLock
-from run_loop.claim import claim_run_dir
+from run_lifecycle import MetricsLog, RunDir, RunLock
+from run_lifecycle.claim import claim_run_dir
+from trainers.flow.backend import FlowBackend
+from trainers.flow.base import FlowBase
 
 from flow_grpo.cli import DEFAULT_RUNS_ROOT
 from flow_grpo.config import FlowConfig

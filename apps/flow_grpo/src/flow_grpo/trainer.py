@@ -4,8 +4,8 @@
     -> flow_train_step (advantages, clipped per-step loss, optimiser steps) -> weights s
     -> push weights s to the rollouter, submit batch s + k + 1 (so it is sampled by weights >= s)
     -> validate every k steps (ODE sampler, fixed seeds; image grid) -> metrics line -> checkpoint every k steps
-       (the weights and every batch in flight, `flow_rl.inflight`; the loop, start and resume are
-       `run_loop.drive`'s)
+       (the weights and every batch in flight, `async_pipeline.flow_inflight`; the loop, start and resume are
+       `run_lifecycle.drive`'s)
 
 With k = 0 this is synchronous: every batch is sampled by the weights the trainer holds. With k >= 1 the
 rollouter samples the next batches while the trainer updates. Which weights sample which batch depends only on
@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_rl.pictures import save_samples
-from flow_rl.step import flow_train_step
-from flow_rl.validation import validate
-from rl_pipeline.staleness import checked_lag
-from run_loop import Checkpoint, RunSummary, drive, due
+from async_pipeline.staleness import checked_lag
+from run_lifecycle import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
+from trainers.flow.pictures import save_samples
+from trainers.flow.step import flow_train_step
+from trainers.flow.validation import validate
 
 from flow_grpo.config import FlowConfig
 from flow_grpo.report import FlowDetails, report

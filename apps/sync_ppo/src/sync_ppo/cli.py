@@ -1,6 +1,6 @@
 """Command line: `uv run apps/sync_ppo [--config file.toml] [--section.key value ...] [--resume]`.
 
-Only the standard library, run_config and the config dataclasses are imported before the arguments are parsed,
+Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
 so `--help` answers in well under a second; torch comes with `sync_ppo.trainer`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from run_loop.cli import app_parser, resolve_run, run_app
+from run_lifecycle.cli import app_parser, resolve_run, run_app
 
 from sync_ppo.config import SyncConfig
 
@@ -24,15 +24,15 @@ validation/, checkpoints/, plots/)."""
 
 
 def parse(argv: list[str] | None = None) -> tuple[SyncConfig, bool]:
-    """The resolved config and whether to resume (see `run_loop.cli.resolve_run`)."""
+    """The resolved config and whether to resume (see `run_lifecycle.cli.resolve_run`)."""
     args = app_parser("sync_ppo", DESCRIPTION, SyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
     return resolve_run(SyncConfig, args, DEFAULT_RUNS_ROOT)
 
 
 def check(cfg: SyncConfig) -> None:
-    """The run's checks that read its data, tokenizer and checkpoint (`rl_run.setup.check_run`): exit 2 on a bad
-    one, before anything is built."""
-    from rl_run.setup import check_run
+    """The run's checks that read its data, tokenizer and checkpoint (`trainers.recipe.setup.check_run`): exit 2 on a
+    bad one, before anything is built."""
+    from trainers.recipe.setup import check_run
 
     check_run(cfg)
 

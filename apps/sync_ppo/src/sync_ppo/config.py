@@ -1,6 +1,6 @@
 """SyncConfig: every knob of a sync PPO run, as typed nested sections (no torch imported here).
 
-The sections are the ones every trainer app shares (`rl_run.config.RecipeConfig`: run, task, warmup, rollout,
+The sections are the ones every trainer app shares (`trainers.recipe.config.RecipeConfig`: run, task, warmup, rollout,
 algorithm, train, optim, backend, validation); sync training adds none.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_run.config import RecipeConfig
+from trainers.recipe.config import RecipeConfig
 
 
 @dataclass

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from run_logging import Panel
-from run_loop import Rows, RunReport, mean_of
+from run_lifecycle import Panel, Rows, RunReport, mean_of
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
     group as it finishes) -> reward (errors counted, excluded)
     -> policy trainer: drop non-ok samples, pad, advantages, update (algorithm on backend), rollout dump
     -> push weights (pause, update_weights(version + 1), resume) -> validate every k steps -> metrics line
-    -> checkpoint every k steps (the loop, start and resume are `run_loop.drive`'s)
+    -> checkpoint every k steps (the loop, start and resume are `run_lifecycle.drive`'s)
 
 Sync is async with zero staleness: every response of step s is sampled by the weights of version s - 1, which
 the trainer holds when it updates.
@@ -17,22 +17,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distillation.stream import TeacherStream, attach_teacher
-from distillation.teacher_set import TeacherSet
 from moe_models.precision_probe import probe, write_probe
-from rl_rollout.engine_site import EngineSite
-from rl_rollout.requests import GroupSpec, step_requests
-from rl_rollout.rollout import generate_all, score_all
-from rl_rollout.samples import SampleStatus, ScoredSample
-from rl_rollout.validation import validate
-from rl_run.export import POLICY_DIR, write_policy
-from rl_run.policy_trainer import PolicyTrainer
-from rl_run.setup import RunSetup, prepare_run
-from rl_run.tensorboard_log import TensorBoardLog
 from rollout_core import NOT_SAMPLED, RolloutEngine
-from run_loop import Checkpoint, RunSummary, drive, due
+from run_lifecycle import Checkpoint, RunSummary, drive, due
 from trainers.backend import BackendState
+from trainers.distillation.stream import TeacherStream, attach_teacher
+from trainers.distillation.teacher_set import TeacherSet
 from trainers.dumps import write_dump
+from trainers.recipe.export import POLICY_DIR, write_policy
+from trainers.recipe.policy_trainer import PolicyTrainer
+from trainers.recipe.setup import RunSetup, prepare_run
+from trainers.recipe.tensorboard_log import TensorBoardLog
+from trainers.rollout.engine_site import EngineSite
+from trainers.rollout.requests import GroupSpec, step_requests
+from trainers.rollout.rollout import generate_all, score_all
+from trainers.rollout.samples import SampleStatus, ScoredSample
+from trainers.rollout.validation import validate
 
 from sync_ppo.cli import DEFAULT_RUNS_ROOT
 from sync_ppo.config import SyncConfig
@@ -41,7 +41,7 @@ from sync_ppo.report import REPORT, SyncDetails
 
 @dataclass
 class SyncPPO:
-    """The step of the loop, over the run's pieces (a `run_loop.RunApp`)."""
+    """The step of the loop, over the run's pieces (a `run_lifecycle.RunApp`)."""
 
     s: RunSetup
     engine: RolloutEngine

@@ -27,7 +27,7 @@ class ChatTokenizer:
 
     `eos_id` ends a model turn; `stop_ids` are every id that ends a response (`eos_id` first: the checkpoint's
     config.json and generation_config.json may add more, `moe_models.checkpoint_stop_ids`). `pad_id` is None when
-    the tokenizer names no pad token (a run then chooses one, see `rl_run.setup`); it may equal `eos_id`, since
+    the tokenizer names no pad token (a run then chooses one, see `trainers.recipe.setup`); it may equal `eos_id`, since
     padding is told apart by lengths, never by comparing ids. `bos_id` is None without a BOS token. `chat_template`
     is None for a tokenizer without one (prompts are then plain text); `template_options` are the template's own
     variables (e.g. Qwen3's `enable_thinking`), passed on every render.

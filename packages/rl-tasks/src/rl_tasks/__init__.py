@@ -4,8 +4,8 @@ reward functions, the `Task` interface the warm-up and the rollout consume (`<Ki
 `Task`), and the `Renderer` that turns a task's prompts and episodes into token ids under its prompt format (by
 default the tokenizer's chat template).
 
-Importing this package never imports torch; `rl_tasks.warmup` and `rl_tasks.greedy_eval` import torch, moe_models
-and native_engine inside their functions.
+Torch-free: the warm-up that trains a base on a task's demonstrations is `trainers.warmup`, the greedy evaluation
+`trainers.rollout.greedy_eval`.
 """
 
 from rl_tasks.addition import ADDITION_SOURCE, AdditionSource

@@ -1,4 +1,4 @@
-"""run_update: the loop every update shares (`trainers.step.train_step` for LMs, `flow_rl.step` for flow
+"""run_update: the loop every update shares (`trainers.step.train_step` for LMs, `trainers.flow.step` for flow
 models): epochs x mini-batches x micro-batches, one optimiser step per mini-batch, and the non-finite checks.
 
     for epoch, mini-batch:                    one optimiser step each (none for a mini-batch without micro-batches)
