@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from moe_models import load_pretrained, load_tokenizer
+from native_engine.greedy_eval import evaluate_greedy
 from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn
 from sync_ppo.cli import parse
 from trainers.recipe.setup import check_run
-from trainers.rollout.greedy_eval import evaluate_greedy
 from trainers.warmup import ensure_base_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer

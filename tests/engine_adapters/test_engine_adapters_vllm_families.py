@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_adapters.vllm import VLLMEngine, VLLMServer, VLLMServerConfig
-from engine_adapters.vllm_families import VLLM_FAMILIES
 from engine_adapters_vllm_fixtures import VLLM_PYTHON, VLLM_ROUTING, requires_vllm_env
 from rollout_core import SamplingParams, Segment
+from rollout_core.vllm_families import VLLM_FAMILIES
 from routing_state import routing_spec
 
 torch = pytest.importorskip("torch")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from engine_adapters.vllm import EXTENSION_DIR, VLLMServerConfig
-from engine_adapters.vllm_families import (
+from rollout_core.vllm_families import (
     VLLM_FAMILIES,
     VLLMFamily,
     check_vllm_cpu_config,

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_adapters.engine_config import VLLMEngineConfig
 from engine_adapters.vllm.server import default_python
 from faults_apps import app_flags
 from faults_tally import FaultTally
 from moe_models import load_tokenizer
 from rl_tasks.renderer import Renderer
 from rollout_core import TrajectoryStatus
+from rollout_core.server_engine_config import VLLMEngineConfig
 from sync_ppo.cli import parse
 from trainers.rollout.engine_site import EngineSite
 from trainers.rollout.requests import GroupSpec, step_requests

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from moe_models import save_pretrained
-from native_engine.config import EngineConfig, usable_cores
 from native_engine.testing import tiny_model
+from rollout_core.native_engine_config import EngineConfig, usable_cores
 
 
 @dataclass(frozen=True)

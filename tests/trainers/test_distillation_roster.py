@@ -15,6 +15,7 @@ from rl_tasks.example import TaskExample
 from rl_tasks.model_config import ModelConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
+from rollout_core.teacher_engine import Pair
 from rollout_core.teacher_scores import TeacherScores
 from trainers.distillation.stream import TeacherStream
 from trainers.distillation.teacher import (
@@ -24,7 +25,6 @@ from trainers.distillation.teacher import (
     TeacherRoster,
     ensure_roster,
 )
-from trainers.distillation.teacher_engine import Pair
 from trainers.distillation.teacher_set import TeacherSet
 from trainers.rollout.samples import GenRequest
 from trainers.warmup import WarmupConfig

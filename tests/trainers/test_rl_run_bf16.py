@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import save_pretrained
-from native_engine.config import EngineConfig
 from native_engine.testing import tiny_model
 from rollout_core import SamplingParams
+from rollout_core.native_engine_config import EngineConfig
 from run_lifecycle import RunDir
 from trainers.algorithm import PPOConfig
 from trainers.backend import TorchBackend

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_adapters.engine_config import VLLMEngineConfig
 from moe_models import FAMILY_NAMES, MoEConfig
-from native_engine.config import COMPILED_DECODE_FAMILIES, EngineConfig
 from native_engine.decode import decode_step_unsupported
 from rl_tasks.model_config import ModelConfig
+from rollout_core.native_engine_config import COMPILED_DECODE_FAMILIES, EngineConfig
+from rollout_core.server_engine_config import VLLMEngineConfig
 from trainers.backend.config import MegatronBackendConfig, VeOmniBackendConfig
 from trainers.recipe.config import RecipeConfig, RolloutConfig
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_adapters.vllm.teacher_engine import teacher_server_config
 from moe_models import MoEConfig, MoEForCausalLM, build_char_tokenizer, save_pretrained
 from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer
 from rollout_core import SamplingParams, Trajectory, TrajectoryStatus
+from rollout_core.teacher_engine import NativeTeacherEngineConfig, TeacherSite, VLLMTeacherEngineConfig
 from rollout_core.testing import ScriptedEngine
 from run_lifecycle.cli import app_parser, resolve_run
-from trainers.distillation.engines import teacher_server_config
 from trainers.distillation.stream import TeacherStream, attach_teacher
 from trainers.distillation.teacher import (
     DEFAULT_TEACHER,
@@ -24,7 +25,6 @@ from trainers.distillation.teacher import (
     TeacherRoster,
     check_teacher,
 )
-from trainers.distillation.teacher_engine import NativeTeacherEngineConfig, TeacherSite, VLLMTeacherEngineConfig
 from trainers.distillation.teacher_set import TeacherSet
 from trainers.recipe.config import RecipeConfig
 from trainers.rollout.rollout import generate_all

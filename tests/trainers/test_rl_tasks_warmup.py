@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import ChatTokenizer, MoEConfig, MoEForCausalLM, load_pretrained, load_tokenizer
+from native_engine.greedy_eval import evaluate_greedy
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.episode import TaskTokenizer
@@ -24,7 +25,6 @@ from rl_tasks.sort_trace import SortTraceSource
 from rl_tasks.sorting import SortSource
 from rl_tasks.task import Piece, answer_demonstration
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
-from trainers.rollout.greedy_eval import evaluate_greedy
 from trainers.warmup import (
     METADATA_FILE,
     WarmupConfig,

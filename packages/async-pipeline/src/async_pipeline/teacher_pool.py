@@ -21,9 +21,9 @@ from typing import Any
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from rollout_core.teacher_engine import TeacherEngine, TeacherSite
 from rollout_core.teacher_scores import TeacherScores
 from trainers.distillation.teacher import TeacherConfig, TeacherRoster, teacher_site
-from trainers.distillation.teacher_engine import TeacherEngine, TeacherSite
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The embedded default engine: continuous batching over a slot KV cache, router capture, abort/pause/live weights.
 
-Exports are lazy (PEP 562): importing the package, or its torch-free `native_engine.config` (the `rollout.engine`
-section a command line's `--help` imports), never imports torch."""
+Exports are lazy (PEP 562): importing the package never imports torch. Its section (`rollout.engine` of kind
+`native`) is `rollout_core.native_engine_config.EngineConfig`, which builds the engine this package registers
+(`rollout_core.engine_registry`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib
 _EXPORTS = {
     "PAUSE_MODES": "native_engine.engine",
     "EngineBusyError": "native_engine.engine",
-    "EngineConfig": "native_engine.config",
+    "EngineConfig": "rollout_core.native_engine_config",
     "EngineMetrics": "native_engine.metrics",
     "NativeEngine": "native_engine.engine",
     "PauseMode": "native_engine.engine",

@@ -11,10 +11,10 @@ from typing import Literal
 
 from moe_models import MoEForCausalLM, load_pretrained
 from rollout_core import SamplingParams, Segment
+from rollout_core.native_engine_config import EngineConfig, check_run_settings
 from routing_state import RoutingSpec
 
 from native_engine.burst import BurstChunk
-from native_engine.config import EngineConfig, check_run_settings
 from native_engine.metrics import EngineMetrics, MetricsRecorder
 from native_engine.request import Request, RequestStatus
 from native_engine.runner import ModelRunner, StepOutput, apply_chunk, apply_step, build_step_input

@@ -9,8 +9,8 @@ from dataclasses import replace
 import torch
 from moe_models import load_pretrained
 from rollout_core import RolloutSite
+from rollout_core.native_engine_config import EngineConfig
 
-from native_engine.config import EngineConfig
 from native_engine.engine import NativeEngine
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from moe_models import MoEForCausalLM, load_state_dict_tensors
+from rollout_core.native_engine_config import EngineConfig, usable_cores
 from routing_state import RoutingSpec
 
 from native_engine.burst import BurstChunk, BurstSpec, run_burst
-from native_engine.config import EngineConfig, usable_cores
 from native_engine.decode import CachedModel, KVCache
 from native_engine.request import Request
 from native_engine.sampler import SamplingBatch, sample

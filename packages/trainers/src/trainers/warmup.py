@@ -35,8 +35,7 @@ from rl_tasks.model_presets import full_vocab_presets
 from rl_tasks.renderer import Renderer
 from rl_tasks.task import Piece, Task, TaskBuilder
 from rl_tasks.task_tokenizer import build_task_tokenizer, tokenizer_digest
-
-from trainers.rollout.greedy_eval import evaluate_greedy
+from rollout_core.engine_registry import GREEDY_EVALUATORS, registered
 
 if TYPE_CHECKING:
     import torch
@@ -364,6 +363,7 @@ def _build(
     final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), renderer, task, warmup)
     model = model.float()
     train_wall_s = time.perf_counter() - t0
+    evaluate_greedy = registered(GREEDY_EVALUATORS, "native")  # native-engine: greedy decoding over its KV cache
     ev = evaluate_greedy(
         model,
         renderer,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_core import FolderWriter, PauseMode, RolloutSite
+from rollout_core.server_engine_config import SGLangEngineConfig
 
 from engine_adapters.sglang.engine import ModelShape, SGLangEngine
 
@@ -44,3 +45,15 @@ class SGLangRolloutEngine(SGLangEngine):
             await self.update_weights(str(folder), version, pause_mode=pause)  # type: ignore[arg-type]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+async def open_sglang_engine(cfg: SGLangEngineConfig, site: RolloutSite) -> SGLangRolloutEngine:
+    """The adapter of server `cfg.urls[site.index]` (the rollout engine of kind `sglang`): pushed weights are
+    written under `cfg.weights_dir` (empty: the site's working directory)."""
+    if site.index >= len(cfg.urls):
+        raise ValueError(
+            f"rollout.engine.urls: expected a server URL for engine {site.index} ({site.index + 1} or more URLs), "
+            f"got {len(cfg.urls)}: {list(cfg.urls)}"
+        )
+    weights_dir = Path(cfg.weights_dir) if cfg.weights_dir else Path(site.work_dir)
+    return await SGLangRolloutEngine.open(cfg.urls[site.index], site, weights_dir, cfg.pause_mode_keep)

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rollout_core import FolderWriter, PauseMode, RolloutSite
+from rollout_core.server_engine_config import VLLMEngineConfig
+from rollout_core.vllm_families import read_model_type
 
-from engine_adapters.engine_config import VLLMEngineConfig
 from engine_adapters.vllm import server_guard
 from engine_adapters.vllm.engine import VLLMEngine
 from engine_adapters.vllm.server import VLLMServer, VLLMServerConfig, VLLMServerError, default_python, free_port
-from engine_adapters.vllm_families import read_model_type
 
 VLLM_LOG_NAME = "vllm-server.log"
 VLLM_MAX_NUM_SEQS = 256  # cap of vLLM's max_num_seqs: requests beyond it wait in vLLM's scheduler queue

@@ -7,7 +7,7 @@ process speaking HTTP on 127.0.0.1. Invariants:
 - `start()` returns only once `/health` answers 200; otherwise it raises `VLLMServerError` carrying the last
   lines of the server's log;
 - with `model_type` set, the command carries what vLLM needs for that family's transformers-written checkpoint
-  (`engine_adapters.vllm_families`);
+  (`rollout_core.vllm_families`);
 - our worker extension (`worker_ext/moe_rl_vllm_ext.py`) is always loaded; with `routing="extension"` (the CPU
   path) prefix caching is off and the model runs eagerly, which the extension's router capture needs;
 - a server process we own runs at nice `nice` (default `SERVER_NICE`), its session's autogroup too: vLLM's
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+from rollout_core.vllm_families import VLLM_FAMILIES
 
 from engine_adapters.vllm.cpu_priority import SERVER_NICE, check_nice, lower_cpu_priority
-from engine_adapters.vllm_families import VLLM_FAMILIES
 
 EXTENSION_DIR = Path(__file__).resolve().parent / "worker_ext"
 EXTENSION_CLS = "moe_rl_vllm_ext.RolloutWorkerExtension"

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rollout_core import Trajectory, TrajectoryStatus
+from rollout_core.teacher_engine import TeacherEngine
 from rollout_core.teacher_scores import TeacherScores
 
 from trainers.distillation.teacher import TeacherConfig, TeacherRoster, check_roster, ensure_roster, teacher_site
-from trainers.distillation.teacher_engine import TeacherEngine
 from trainers.distillation.teacher_set import TeacherSet
 from trainers.rollout.samples import GenRequest, SampleStatus, ScoredSample
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 from rl_tasks.model_config import ModelConfig
 from rl_tasks.model_presets import model_preset_names
+from rollout_core.teacher_engine import NativeTeacherEngineConfig, TeacherEngineConfig, TeacherSite
 
-from trainers.distillation.teacher_engine import NativeTeacherEngineConfig, TeacherEngineConfig, TeacherSite
 from trainers.warmup import WarmupConfig, WarmupResult, ensure_base_checkpoint
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from rollout_core.teacher_engine import Pair, TeacherEngine
 from rollout_core.teacher_scores import TeacherScores
 
 from trainers.distillation.teacher import TeacherRoster
-from trainers.distillation.teacher_engine import Pair, TeacherEngine
 
 
 class TeacherSet:

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from native_engine.config import EngineConfig
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.model_config import ModelConfig
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
+from rollout_core.native_engine_config import EngineConfig
 from run_lifecycle.run_section import RunConfig
 
 from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig

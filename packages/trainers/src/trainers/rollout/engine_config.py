@@ -1,11 +1,12 @@
 """The `rollout.engine` section: which inference engine serves the rollouts, a tagged union chosen by `kind`
-(`native_engine.EngineConfig`, `engine_adapters`' vLLM and SGLang sections). Standard library only (`--help` imports
-it); each member's `build(site)` imports its engine."""
+(`rollout_core.native_engine_config.EngineConfig`, `rollout_core.server_engine_config`'s vLLM and SGLang sections).
+Standard library only (`--help` imports it); each member's `build(site)` opens the engine registered for its kind
+(`rollout_core.engine_registry`), so nothing here imports an engine."""
 
 from __future__ import annotations
 
-from engine_adapters.engine_config import SGLangEngineConfig, VLLMEngineConfig
-from native_engine.config import EngineConfig
+from rollout_core.native_engine_config import EngineConfig
+from rollout_core.server_engine_config import SGLangEngineConfig, VLLMEngineConfig
 
 RolloutEngineConfig = EngineConfig | VLLMEngineConfig | SGLangEngineConfig
 """Rollout engines behind one `rollout_core.RolloutEngine` protocol: generation through `rollout_core.Engine`, plus

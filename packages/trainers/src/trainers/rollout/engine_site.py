@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from native_engine.config import usable_cores
+from rollout_core.native_engine_config import usable_cores
 
 if TYPE_CHECKING:
     from rollout_core import FolderWriter

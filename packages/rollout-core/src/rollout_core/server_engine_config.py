@@ -1,5 +1,6 @@
-"""The `rollout.engine` sections of kinds `vllm` and `sglang`. Standard library only (`--help` imports it, and
-`engine_adapters` itself imports nothing); `build()` imports the engine."""
+"""The `rollout.engine` sections of kinds `vllm` and `sglang` (engine-adapters' engines). Standard library only
+(`--help` imports it); `build()` opens the engine engine-adapters registers for the kind
+(`rollout_core.engine_registry`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from engine_adapters.vllm_families import DEEPSEEK_V3_CPU_MLA_DIMS, VLLM_FAMILIES, check_vllm_cpu_config
+from rollout_core.engine_registry import ROLLOUT_ENGINES, open_registered
+from rollout_core.vllm_families import DEEPSEEK_V3_CPU_MLA_DIMS, VLLM_FAMILIES, check_vllm_cpu_config
 
 if TYPE_CHECKING:
     from rollout_core import RolloutEngine, RolloutSite
@@ -72,9 +74,8 @@ class VLLMEngineConfig:
             )
 
     async def build(self, site: RolloutSite) -> RolloutEngine:
-        from engine_adapters.vllm.rollout_engine import VLLMRolloutEngine
-
-        return await VLLMRolloutEngine.launch(self, site)
+        """A vLLM server and its adapter, the rollout engine engine-adapters registers as kind `vllm`."""
+        return await open_registered(ROLLOUT_ENGINES, self, site)
 
 
 @dataclass
@@ -101,12 +102,6 @@ class SGLangEngineConfig:
             raise ValueError(f"rollout.engine.urls: expected http(s):// URLs, got {bad}")
 
     async def build(self, site: RolloutSite) -> RolloutEngine:
-        from engine_adapters.sglang.rollout_engine import SGLangRolloutEngine
-
-        if site.index >= len(self.urls):
-            raise ValueError(
-                f"rollout.engine.urls: expected a server URL for engine {site.index} ({site.index + 1} or more URLs), "
-                f"got {len(self.urls)}: {list(self.urls)}"
-            )
-        weights_dir = Path(self.weights_dir) if self.weights_dir else Path(site.work_dir)
-        return await SGLangRolloutEngine.open(self.urls[site.index], site, weights_dir, self.pause_mode_keep)
+        """The adapter of server `urls[site.index]`, the rollout engine engine-adapters registers as kind
+        `sglang`."""
+        return await open_registered(ROLLOUT_ENGINES, self, site)

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from moe_models import build_char_tokenizer
+from native_engine.greedy_eval import evaluate_greedy, greedy_decode, greedy_episodes
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardResult
-from trainers.rollout.greedy_eval import evaluate_greedy, greedy_decode, greedy_episodes
 from trainers.warmup import task_renderer
 
 TOK = build_char_tokenizer("0123456789")

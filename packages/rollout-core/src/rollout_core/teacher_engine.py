@@ -1,7 +1,8 @@
 """The `teacher.engine` section: what serves the distillation teacher's scoring call (a tagged union chosen by
 `kind`), and the `TeacherEngine` protocol each kind builds. One call scores many responses (the engine batches
 them); `busy_s` and `tokens` count the time spent in calls and the tokens scored (prompt + response). Standard
-library only (`--help` imports it); `build()` imports the engine (`trainers.distillation.engines`)."""
+library only (`--help` imports it); `build()` opens the teacher engine registered for the kind
+(`rollout_core.engine_registry`: native-engine's `native`, engine-adapters' `vllm`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from engine_adapters.engine_config import vllm_checkpoint_refusal, vllm_family_refusal
+from rollout_core.engine_registry import TEACHER_ENGINES, open_registered
+from rollout_core.server_engine_config import vllm_checkpoint_refusal, vllm_family_refusal
 
 if TYPE_CHECKING:
     from rollout_core.teacher_scores import TeacherScores
@@ -65,9 +67,8 @@ class NativeTeacherEngineConfig:
             raise ValueError(f"teacher.engine.batch_tokens: expected >= 1, got {self.batch_tokens}")
 
     async def build(self, site: TeacherSite) -> TeacherEngine:
-        from trainers.distillation.engines import NativeTeacherEngine
-
-        return NativeTeacherEngine(self, site)
+        """`native_engine.teacher_engine.NativeTeacherEngine`, registered as kind `native`."""
+        return await open_registered(TEACHER_ENGINES, self, site)
 
 
 @dataclass
@@ -91,9 +92,8 @@ class VLLMTeacherEngineConfig:
         return vllm_checkpoint_refusal("teacher.engine vllm", checkpoint_dir)
 
     async def build(self, site: TeacherSite) -> TeacherEngine:
-        from trainers.distillation.engines import VLLMTeacherEngine
-
-        return await VLLMTeacherEngine.launch(self, site)
+        """`engine_adapters.vllm.teacher_engine.VLLMTeacherEngine`, registered as kind `vllm`."""
+        return await open_registered(TEACHER_ENGINES, self, site)
 
 
 TeacherEngineConfig = NativeTeacherEngineConfig | VLLMTeacherEngineConfig

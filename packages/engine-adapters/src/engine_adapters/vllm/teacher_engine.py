@@ -1,57 +1,21 @@
-"""The teacher engines behind `trainers.distillation.teacher_engine.TeacherEngine`, the native scorer and a vLLM server:
-
-- `NativeTeacherEngine`: `native_engine.TeacherScorer` on one worker thread of its own, so its prefills run beside
-  the rollout engine's decode steps (torch releases the GIL in its kernels) and never block the event loop;
-- `VLLMTeacherEngine`: a vLLM server started and owned by the process that builds it (as a vLLM rollout engine is:
-  guarded so it never outlives its owner, output in `<work_dir>/vllm-teacher.log`, `max_model_len` = the longest
-  sequence a run scores). Each response is one prefill asking for `prompt_logprobs` (`engine_adapters.vllm.teacher`).
-"""
+"""`VLLMTeacherEngine`: a vLLM server as a distillation teacher (`rollout_core.teacher_engine`), started and owned by
+the process that builds it (as a vLLM rollout engine is: guarded so it never outlives its owner, output in
+`<work_dir>/vllm-teacher.log`, `max_model_len` = the longest sequence a run scores). Each response is one prefill
+asking for `prompt_logprobs` (`engine_adapters.vllm.teacher`). Registered as the teacher engine of kind `vllm`."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from rollout_core.teacher_engine import Pair, TeacherSite, VLLMTeacherEngineConfig
+from rollout_core.teacher_scores import TeacherScores
+from rollout_core.vllm_families import read_model_type
 
 from engine_adapters.vllm import VLLMServer, VLLMServerConfig, default_python
 from engine_adapters.vllm.rollout_engine import start_healthy_vllm_server
 from engine_adapters.vllm.teacher import VLLMTeacher
-from engine_adapters.vllm_families import read_model_type
-from native_engine.scoring import ScoreRequest, TeacherScorer
-from rollout_core.teacher_scores import TeacherScores
-
-from trainers.distillation.teacher_engine import NativeTeacherEngineConfig, Pair, TeacherSite, VLLMTeacherEngineConfig
-
-
-class NativeTeacherEngine:
-    def __init__(self, cfg: NativeTeacherEngineConfig, site: TeacherSite) -> None:
-        self.scorer = TeacherScorer.load(
-            site.checkpoint_dir,
-            temperature=site.temperature,
-            top_k=site.top_k,
-            batch_tokens=cfg.batch_tokens,
-            vocab_size=site.vocab_size,
-        )
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher")
-        self.busy_s, self.tokens = 0.0, 0
-
-    def _score(self, requests: list[ScoreRequest]) -> list[TeacherScores]:
-        t0 = time.perf_counter()
-        try:
-            return self.scorer.score(requests)
-        finally:
-            self.busy_s += time.perf_counter() - t0
-            self.tokens += sum(r.num_tokens for r in requests)
-
-    async def score(self, pairs: Sequence[Pair]) -> list[TeacherScores]:
-        requests = [ScoreRequest(p, r) for p, r in pairs]
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._score, requests)
-
-    async def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
 
 VLLM_TEACHER_LOG = "vllm-teacher.log"
 VLLM_DEFAULT_MAX_LOGPROBS = 20  # vLLM's own `--max-logprobs` (vllm 0.32 `ModelConfig.max_logprobs`)

@@ -72,6 +72,7 @@ def _greedy_chunk(
     cached forward): each context is prefilled once, then each step feeds only the rows still running. Returns
     each row's generated ids up to and including its first EOS (all `max_new_tokens` when it emitted none)."""
     import torch
+
     from native_engine.decode import CachedModel, KVCache
 
     device = next(model.parameters()).device

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from rollout_core.engine_registry import ROLLOUT_ENGINES, open_registered
+
 if TYPE_CHECKING:
     from rollout_core import RolloutEngine, RolloutSite
 
@@ -147,7 +149,6 @@ class EngineConfig:
         return self.admission_batch if self.admission_batch is not None else max(1, self.slots // 8)
 
     async def build(self, site: RolloutSite) -> RolloutEngine:
-        """A `NativeEngine` over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`)."""
-        from native_engine.rollout_engine import open_native_engine
-
-        return open_native_engine(self, site)
+        """A `NativeEngine` over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`), the rollout engine
+        native-engine registers as kind `native`."""
+        return await open_registered(ROLLOUT_ENGINES, self, site)
