@@ -13,8 +13,8 @@ import asyncio
 
 import numpy as np
 import torch
+from engine_adapters.native import NativeEngine
 from moe_models import MoEConfig, MoEForCausalLM, RouterReplay
-from native_engine import NativeEngine
 from rollout_core import SamplingParams, Segment
 
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+    from engine_adapters.native import NativeEngine
     from engine_adapters.vllm import VLLMServer
-    from native_engine import NativeEngine
     from transformers import Qwen3MoeForCausalLM
 
 
@@ -146,8 +146,8 @@ class Bench:
 def build(cfg: BenchConfig) -> Bench:
     import numpy as np
     import torch
+    from engine_adapters.native import NativeEngine
     from moe_models import MoEConfig, MoEForCausalLM, save_pretrained, state_dict_numpy
-    from native_engine import NativeEngine
     from transformers import Qwen3MoeForCausalLM
 
     torch.set_num_threads(cfg.threads)

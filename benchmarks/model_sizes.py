@@ -125,8 +125,8 @@ def run_local_push(size: str) -> dict[str, float]:
 def local_push_seconds(backend: Any) -> float:
     """`export_weights` -> `NativeEngine.push` (pause, load, resume) of the backend's weights, in this process (as
     sync_ppo pushes)."""
+    from engine_adapters.native import NativeEngine
     from moe_models import MoEForCausalLM
-    from native_engine import NativeEngine
 
     engine = NativeEngine(MoEForCausalLM(backend.model.config).eval(), max_len=64, slots=4)
 
@@ -211,7 +211,7 @@ def run_ray_push(size: str) -> dict[str, float]:
 class _EngineActor:
     def __init__(self, size: str) -> None:
         from async_pipeline.ray_session.weight_sync import RayWeightSync
-        from native_engine import NativeEngine
+        from engine_adapters.native import NativeEngine
 
         torch.set_num_threads(1)
         self.engine = NativeEngine(model(size).eval(), max_len=64, slots=4)
@@ -229,8 +229,8 @@ def run_generation(size: str, prompts: int, max_tokens: int, threads: int) -> di
     """Useful tokens/s of the native engine (all requests at once, `prompts` slots) and of transformers' `generate`
     (batches of `prompts` rows, each decoding to its longest), on the same 2 x `prompts` prompts and drawn lengths."""
     import numpy as np
+    from engine_adapters.native import NativeEngine
     from moe_models import save_pretrained
-    from native_engine import NativeEngine
     from rollout_core import SamplingParams
     from transformers import AutoModelForCausalLM
 

@@ -1,5 +1,5 @@
-"""Times the native engine's cached decode steps (`native_engine.decode.CachedModel.forward`) for 64 slots on the
-tiny preset (CPU, fp32).
+"""Times the native engine's cached decode steps (`engine_adapters.native.decode.CachedModel.forward`) for 64 slots on
+the tiny preset (CPU, fp32).
 
 Prints decode tokens/s (overall, median step, fastest step) and, as a peer measured in the same run, the
 uncached `forward` over the same contexts (one full re-forward per generated token), with the ratio.
@@ -13,8 +13,8 @@ import statistics
 import time
 
 import torch
+from engine_adapters.native.decode import CachedModel, KVCache
 from moe_models import MoEConfig, MoEForCausalLM
-from native_engine.decode import CachedModel, KVCache
 
 
 def _decode_step_seconds(cached: CachedModel, slots: int, prompt_len: int, steps: int, max_len: int) -> list[float]:

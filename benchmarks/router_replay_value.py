@@ -59,8 +59,8 @@ def _base_and_prompts(count: int, seed: int) -> tuple[Path, list[list[int]], int
 
 
 def _sample_bf16(checkpoint: Path, prompts: list[list[int]], max_new: int, seed: int) -> list:  # type: ignore[type-arg]
+    from engine_adapters.native import EngineConfig, NativeEngine
     from moe_models import load_pretrained
-    from native_engine import EngineConfig, NativeEngine
     from rollout_core import SamplingParams
 
     model = load_pretrained(checkpoint).to(torch.bfloat16)

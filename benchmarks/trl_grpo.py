@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from engine_adapters.native.greedy_eval import evaluate_greedy
 from moe_models import load_pretrained, load_tokenizer
-from native_engine.greedy_eval import evaluate_greedy
 from rl_tasks.episode import TaskTokenizer
 from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer

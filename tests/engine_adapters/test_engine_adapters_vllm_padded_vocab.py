@@ -16,9 +16,8 @@ from engine_adapters_vllm_fixtures import VLLM_PYTHON, VLLM_ROUTING, requires_vl
 from rollout_core import SamplingParams, Segment
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("native_engine")
+from engine_adapters.native.testing import padding_rows_win, tiny_model  # noqa: E402
 from moe_models import build_char_tokenizer, load_pretrained, save_pretrained  # noqa: E402
-from native_engine.testing import padding_rows_win, tiny_model  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, requires_vllm_env, pytest.mark.timeout(900)]
 
@@ -72,7 +71,7 @@ def test_vllm_serves_the_policy_a_default_sync_ppo_run_exports(tmp_path: Path) -
     import sys
 
     transformers = pytest.importorskip("transformers")
-    from native_engine import NativeEngine
+    from engine_adapters.native import NativeEngine
 
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")

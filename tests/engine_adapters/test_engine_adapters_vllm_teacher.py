@@ -49,7 +49,7 @@ def _vllm_scores(served: ServedModel, temperature: float) -> list:  # type: igno
 
 
 def _native_scores(served: ServedModel, temperature: float) -> list:  # type: ignore[type-arg]
-    from native_engine.scoring import ScoreRequest, TeacherScorer
+    from engine_adapters.native.scoring import ScoreRequest, TeacherScorer
 
     scorer = TeacherScorer.load(served.loaded, temperature=temperature, top_k=4)
     return scorer.score([ScoreRequest(p, r) for p, r in PAIRS])

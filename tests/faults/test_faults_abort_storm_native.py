@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from engine_adapters.native import NativeEngine
+from engine_adapters.native.testing import perturbed_state, tiny_model
 from faults_invariants import CallLog, Expect, LoggingEngine, check_response
 from faults_tally import FaultTally
 from moe_models import MoEForCausalLM
 from moe_models.checkpoint import load_state_dict_tensors
-from native_engine import NativeEngine
-from native_engine.testing import perturbed_state, tiny_model
 from rollout_core import SamplingParams, Trajectory, generate_with_resume
 
 pytestmark = pytest.mark.faults

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_adapters.native.testing import tiny_model
 from moe_models import save_pretrained
-from native_engine.testing import tiny_model
 from rollout_core import SamplingParams
 from rollout_core.native_engine_config import EngineConfig
 from run_lifecycle import RunDir

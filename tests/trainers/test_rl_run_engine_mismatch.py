@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from native_engine import NativeEngine
-from native_engine.testing import tiny_model
+from engine_adapters.native import NativeEngine
+from engine_adapters.native.testing import tiny_model
 from rollout_core import SamplingParams, generate_with_resume
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig

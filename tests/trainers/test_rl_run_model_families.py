@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from engine_adapters.native.decode import decode_step_unsupported
 from moe_models import FAMILY_NAMES, MoEConfig
-from native_engine.decode import decode_step_unsupported
 from rl_tasks.model_config import ModelConfig
 from rollout_core.native_engine_config import COMPILED_DECODE_FAMILIES, EngineConfig
 from rollout_core.server_engine_config import VLLMEngineConfig

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_adapters.native.greedy_eval import evaluate_greedy
 from moe_models import ChatTokenizer, MoEConfig, MoEForCausalLM, load_pretrained, load_tokenizer
-from native_engine.greedy_eval import evaluate_greedy
 from rl_tasks.calculator_task import CalculatorTaskConfig
 from rl_tasks.dataset_task import DatasetTaskConfig
 from rl_tasks.episode import TaskTokenizer

@@ -16,11 +16,11 @@ def kinds(union: object) -> list[str]:
 
 
 def test_every_rollout_and_teacher_engine_kind_is_registered_by_an_installed_package() -> None:
+    from engine_adapters.native.rollout_engine import open_native_engine
+    from engine_adapters.native.teacher_engine import NativeTeacherEngine
     from engine_adapters.sglang.rollout_engine import open_sglang_engine
     from engine_adapters.vllm.rollout_engine import VLLMRolloutEngine
     from engine_adapters.vllm.teacher_engine import VLLMTeacherEngine
-    from native_engine.rollout_engine import open_native_engine
-    from native_engine.teacher_engine import NativeTeacherEngine
 
     assert kinds(RolloutEngineConfig) == ["native", "vllm", "sglang"]
     assert [registered(ROLLOUT_ENGINES, k) for k in kinds(RolloutEngineConfig)] == [
@@ -34,6 +34,6 @@ def test_every_rollout_and_teacher_engine_kind_is_registered_by_an_installed_pac
 
 
 def test_the_warmups_greedy_evaluator_is_the_native_engines() -> None:
-    from native_engine.greedy_eval import evaluate_greedy
+    from engine_adapters.native.greedy_eval import evaluate_greedy
 
     assert registered(GREEDY_EVALUATORS, "native") is evaluate_greedy

@@ -9,7 +9,7 @@ import sys
 
 def test_importing_the_warmup_and_greedy_eval_and_building_a_warmup_config_does_not_import_torch() -> None:
     code = (
-        "import sys, trainers.warmup, native_engine.greedy_eval\n"
+        "import sys, trainers.warmup, engine_adapters.native.greedy_eval\n"
         "trainers.warmup.WarmupConfig()\n"
         "print('torch' in sys.modules)"
     )

@@ -73,14 +73,11 @@ RULE: dict[str, Rule] = {
         "probe"
     ),
     "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
-    "native-engine": Rule(
-        "The embedded continuous-batching inference engine: abort, pause, live weight updates, teacher scoring, "
-        "greedy evaluation",
-        ("moe-models", "rl-tasks", "rollout-core", "routing-state"),
-    ),
     "engine-adapters": Rule(
-        "vLLM and SGLang behind `Engine` over HTTP, and as rollout engines that own their server (no torch)",
-        ("rollout-core", "routing-state"),
+        "Every rollout engine behind `Engine`: the embedded native engine (continuous batching, abort, pause, live "
+        "weight updates, teacher scoring, greedy evaluation; extra `native`) and vLLM and SGLang over HTTP, as "
+        "rollout engines that own their server (no torch)",
+        ("moe-models", "rl-tasks", "rollout-core", "routing-state"),
     ),
     "rl-tasks": Rule(
         "Tasks, reward functions, dataset loaders and the `model` section (no torch)",
@@ -94,17 +91,17 @@ RULE: dict[str, Rule] = {
     "async-pipeline": Rule(
         "The async machinery on Ray: the Ray session, prompt broker and ledger, staleness bound, rollouter fleet, "
         "trainer, validator and teacher actors, step transport, FlowGRPO's batches in flight",
-        ("flow-models", "moe-models", "native-engine", "rollout-core", "run-lifecycle", "trainers"),
+        ("engine-adapters", "flow-models", "moe-models", "rollout-core", "run-lifecycle", "trainers"),
     ),
     "sync-ppo": Rule(
         "Synchronous PPO/GRPO in one process: generate, train, push weights",
         ("moe-models", "rollout-core", "run-lifecycle", "trainers"),
-        unused={"native-engine": ENGINES, "engine-adapters": ENGINES},
+        unused={"engine-adapters": ENGINES},
     ),
     "async-ppo": Rule(
         "Asynchronous PPO/GRPO on Ray: its config, its report and the driver's loop over `async-pipeline`",
         ("async-pipeline", "run-lifecycle", "trainers"),
-        unused={"native-engine": ENGINES, "engine-adapters": ENGINES},
+        unused={"engine-adapters": ENGINES},
     ),
     "flow-grpo": Rule(
         "FlowGRPO for flow-matching image models: its config and the loop over `trainers.flow`",
@@ -134,7 +131,17 @@ class OptionalImport:
 
 
 VLLM_WORKER = "runs inside vLLM's worker process, in vLLM's environment; nothing in engine_adapters imports it"
+NATIVE = "the native engine's modules (engine_adapters.native), imported only where a native engine is built or run"
 OPTIONAL: tuple[OptionalImport, ...] = (
+    *(
+        OptionalImport("engine-adapters", module, "engine_adapters/native/", dist, "extra native", NATIVE)
+        for module, dist in (
+            ("torch", "torch"),
+            ("safetensors", "safetensors"),
+            ("moe_models", "moe-models"),
+            ("rl_tasks", "rl-tasks"),
+        )
+    ),
     OptionalImport(
         "engine-adapters",
         "vllm",

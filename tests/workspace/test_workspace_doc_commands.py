@@ -401,7 +401,7 @@ def unresolved(dotted: str) -> str | None:
 
 
 def test_every_workspace_name_the_docs_cite_is_importable_there() -> None:
-    """A code span such as `rollout_core.Engine` or `native_engine.decode.CachedModel` names something that
+    """A code span such as `rollout_core.Engine` or `engine_adapters.native.decode.CachedModel` names something that
     `from <module> import <name>` finds (checked in the source, without importing the optional backends)."""
     ours = workspace_imports()
     wrong = []

@@ -16,7 +16,8 @@ OUTSIDE_DOCS = re.compile(r"\bDESIGN\.md|\bREFERENCE(\.md| §| \d)|\.\./shared")
 
 @dataclass(frozen=True)
 class Member:
-    """A workspace member: its distribution name, import name, source root and whether it is an app."""
+    """A workspace member: its distribution name, import name, source root, whether it is an app, and what its
+    pyproject declares (its dependencies and those of its extras)."""
 
     dist: str
     name: str
@@ -30,7 +31,8 @@ def members() -> list[Member]:
     for kind in ("packages", "apps"):
         for project in sorted((ROOT / kind).glob("*/pyproject.toml")):
             meta = tomllib.loads(project.read_text())["project"]
-            deps = {re.split(r"[<>=!~ \[]", d, maxsplit=1)[0] for d in meta.get("dependencies", [])}
+            extras = [d for ds in meta.get("optional-dependencies", {}).values() for d in ds]
+            deps = {re.split(r"[<>=!~ \[]", d, maxsplit=1)[0] for d in [*meta.get("dependencies", []), *extras]}
             (pkg,) = [p for p in (project.parent / "src").iterdir() if p.is_dir() and not p.name.endswith("egg-info")]
             out.append(Member(meta["name"], pkg.name, pkg, kind == "apps", frozenset(deps)))
     return out
@@ -137,7 +139,7 @@ def test_the_workspace_has_its_packages_and_apps() -> None:
         "rl_tasks",
         "moe_models",
         "flow_models",
-        "native_engine",
+        "engine_adapters",
         "sync_ppo",
         "async_ppo",
         "flow_grpo",

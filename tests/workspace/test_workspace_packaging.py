@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = sorted(p.parent for p in ROOT.glob("*/*/pyproject.toml") if p.parent.parent.name in ("packages", "apps"))
 
 
-def test_the_workspace_has_its_thirteen_members() -> None:
-    assert len(MEMBERS) == 13, [m.name for m in MEMBERS]
+def test_the_workspace_has_its_twelve_members() -> None:
+    assert len(MEMBERS) == 12, [m.name for m in MEMBERS]
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda m: m.name)

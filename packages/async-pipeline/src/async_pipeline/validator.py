@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import torch
-from native_engine import EngineConfig, NativeEngine
+from engine_adapters.native import EngineConfig, NativeEngine
 from run_lifecycle import RunDir
 from trainers.dumps import write_dump
 from trainers.recipe.config import ModelConfig, TaskConfig

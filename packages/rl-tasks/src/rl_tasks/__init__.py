@@ -5,7 +5,7 @@ reward functions, the `Task` interface the warm-up and the rollout consume (`<Ki
 default the tokenizer's chat template).
 
 Torch-free: the warm-up that trains a base on a task's demonstrations is `trainers.warmup`, the greedy evaluation
-`native_engine.greedy_eval`.
+`engine_adapters.native.greedy_eval`.
 """
 
 from rl_tasks.addition import ADDITION_SOURCE, AdditionSource

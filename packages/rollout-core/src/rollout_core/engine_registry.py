@@ -5,10 +5,10 @@ that builds its engines from sections imports no engine, and an engine that is n
 the package to install, never a silent fallback.
 
 Groups and who registers what (`[project.entry-points."<group>"]` of each package):
-- `moe_rl.rollout_engines`: `native` (native-engine), `vllm` and `sglang` (engine-adapters); called with
-  `(section, site: RolloutSite)`, returning a `RolloutEngine` (or an awaitable of one);
-- `moe_rl.teacher_engines`: `native` (native-engine), `vllm` (engine-adapters); `(section, site: TeacherSite)`;
-- `moe_rl.greedy_evaluators`: `native` (native-engine: greedy decoding over its KV cache, what the warm-up's
+- `moe_rl.rollout_engines`: `native` (`engine-adapters[native]`), `vllm` and `sglang` (engine-adapters); called
+  with `(section, site: RolloutSite)`, returning a `RolloutEngine` (or an awaitable of one);
+- `moe_rl.teacher_engines`: `native`, `vllm` (engine-adapters); `(section, site: TeacherSite)`;
+- `moe_rl.greedy_evaluators`: `native` (the native engine's greedy decoding over its KV cache, what the warm-up's
   evaluation runs).
 """
 
@@ -24,9 +24,9 @@ TEACHER_ENGINES = "moe_rl.teacher_engines"
 GREEDY_EVALUATORS = "moe_rl.greedy_evaluators"
 
 PROVIDERS: dict[str, dict[str, str]] = {
-    ROLLOUT_ENGINES: {"native": "native-engine", "vllm": "engine-adapters", "sglang": "engine-adapters"},
-    TEACHER_ENGINES: {"native": "native-engine", "vllm": "engine-adapters"},
-    GREEDY_EVALUATORS: {"native": "native-engine"},
+    ROLLOUT_ENGINES: {"native": "engine-adapters[native]", "vllm": "engine-adapters", "sglang": "engine-adapters"},
+    TEACHER_ENGINES: {"native": "engine-adapters[native]", "vllm": "engine-adapters"},
+    GREEDY_EVALUATORS: {"native": "engine-adapters[native]"},
 }
 
 

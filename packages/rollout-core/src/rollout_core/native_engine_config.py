@@ -77,9 +77,9 @@ class EngineConfig:
     max_prefill_tokens: int = _help("prompt tokens admitted per step (at least one prompt always is)", 8192)
     device: str = _help("torch device of the model and its KV cache", "cpu")
     compile_decode: bool = _help(
-        "torch.compile the decode step (`native_engine.decode.decode_graph`, one graph per model shape and cache "
-        "length, compiled at the first decode step): same results as eager to float rounding; pays off with long "
-        "responses, not in short runs",
+        "torch.compile the decode step (`engine_adapters.native.decode.decode_graph`, one graph per model shape and "
+        "cache length, compiled at the first decode step): same results as eager to float rounding; pays off with "
+        "long responses, not in short runs",
         False,
     )
     kernel_threads: int = _help(
@@ -150,5 +150,5 @@ class EngineConfig:
 
     async def build(self, site: RolloutSite) -> RolloutEngine:
         """A `NativeEngine` over `site`'s checkpoint (`kernel_threads` 0: `site.threads()`), the rollout engine
-        native-engine registers as kind `native`."""
+        engine-adapters registers as kind `native`."""
         return await open_registered(ROLLOUT_ENGINES, self, site)

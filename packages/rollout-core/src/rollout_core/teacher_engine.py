@@ -2,7 +2,7 @@
 `kind`), and the `TeacherEngine` protocol each kind builds. One call scores many responses (the engine batches
 them); `busy_s` and `tokens` count the time spent in calls and the tokens scored (prompt + response). Standard
 library only (`--help` imports it); `build()` opens the teacher engine registered for the kind
-(`rollout_core.engine_registry`: native-engine's `native`, engine-adapters' `vllm`)."""
+(`rollout_core.engine_registry`: engine-adapters' `native` and `vllm`)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ class TeacherSite:
 
 @dataclass
 class NativeTeacherEngineConfig:
-    """The native engine's scoring call in the owning process (`native_engine.TeacherScorer`, on its own thread)."""
+    """The native engine's scoring call in the owning process (`engine_adapters.native.TeacherScorer`, on its own
+    thread)."""
 
     kind: Literal["native"] = "native"
 
@@ -67,7 +68,7 @@ class NativeTeacherEngineConfig:
             raise ValueError(f"teacher.engine.batch_tokens: expected >= 1, got {self.batch_tokens}")
 
     async def build(self, site: TeacherSite) -> TeacherEngine:
-        """`native_engine.teacher_engine.NativeTeacherEngine`, registered as kind `native`."""
+        """`engine_adapters.native.teacher_engine.NativeTeacherEngine`, registered as kind `native`."""
         return await open_registered(TEACHER_ENGINES, self, site)
 
 

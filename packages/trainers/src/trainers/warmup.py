@@ -363,7 +363,7 @@ def _build(
     final_loss = train_warmup(model.to(getattr(torch, warmup.dtype)), renderer, task, warmup)
     model = model.float()
     train_wall_s = time.perf_counter() - t0
-    evaluate_greedy = registered(GREEDY_EVALUATORS, "native")  # native-engine: greedy decoding over its KV cache
+    evaluate_greedy = registered(GREEDY_EVALUATORS, "native")  # the native engine: greedy decoding over its KV cache
     ev = evaluate_greedy(
         model,
         renderer,
