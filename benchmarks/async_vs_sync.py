@@ -73,7 +73,7 @@ def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
     from sync_ppo.cli import parse
-    from sync_ppo.trainer import train
+    from trainers.sync_ppo.trainer import train
 
     cfg, _ = parse([*_flags(args, root / f"sync-{rep}"), "--run.torch_threads", str(args.sync_threads)])
     t0 = time.perf_counter()
@@ -82,8 +82,8 @@ def run_sync(args: argparse.Namespace, root: Path, rep: int) -> Measured:
 
 
 def run_async(args: argparse.Namespace, root: Path, rep: int) -> Measured:
+    from async_pipeline.async_ppo.pipeline import train
     from async_ppo.cli import parse
-    from async_ppo.pipeline import train
 
     flags = [*_flags(args, root / f"async-{rep}"), "--run.torch_threads", str(args.trainer_threads),
              *([] if args.max_staleness is None else ["--pipeline.max_staleness", str(args.max_staleness)]),

@@ -18,7 +18,7 @@ from pathlib import Path
 def _run(args: argparse.Namespace, run_dir: Path, staleness: int) -> tuple[float, float]:
     """(images per second of the steps, final validation reward)."""
     from flow_grpo.cli import parse
-    from flow_grpo.trainer import train
+    from flow_grpo.setup import train
     from run_lifecycle import read_metrics
 
     cfg, _ = parse(["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",

@@ -26,7 +26,7 @@ MODES = ("group", "global")
 
 def _curve(args: argparse.Namespace, run_dir: Path, mode: str, seed: int) -> tuple[list[int], list[float]]:
     from flow_grpo.cli import parse
-    from flow_grpo.trainer import train
+    from flow_grpo.setup import train
     from run_lifecycle import read_metrics
 
     cfg, _ = parse(["--run.steps", str(args.steps), "--run.seed", str(seed), "--run.dir", str(run_dir),

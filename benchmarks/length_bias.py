@@ -68,7 +68,7 @@ def _flags(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 def run_sync(args: argparse.Namespace, root: Path) -> Lengths:
     from sync_ppo.cli import parse
-    from sync_ppo.trainer import train
+    from trainers.sync_ppo.trainer import train
 
     cfg, _ = parse(_flags(args, root / "sync"))
     t0 = time.perf_counter()
@@ -77,8 +77,8 @@ def run_sync(args: argparse.Namespace, root: Path) -> Lengths:
 
 
 def run_async(args: argparse.Namespace, root: Path) -> Lengths:
+    from async_pipeline.async_ppo.pipeline import train
     from async_ppo.cli import parse
-    from async_ppo.pipeline import train
 
     flags = [*_flags(args, root / "async"), "--ray.temp_dir", f"/tmp/lb_{os.getpid()}"]
     if args.max_staleness is not None:

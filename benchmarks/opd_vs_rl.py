@@ -65,7 +65,7 @@ def _loop_flags() -> list[str]:
 def _train(args: argparse.Namespace, run_dir: Path, *flags: str) -> int:
     """Trains one run; returns its responses per step."""
     from sync_ppo.cli import parse
-    from sync_ppo.trainer import train
+    from trainers.sync_ppo.trainer import train
 
     common = ["--run.steps", str(args.steps), "--run.dir", str(run_dir), "--run.progress", "false",
               "--run.plots", "false", "--run.checkpoint_every", "0", "--validation.every_steps", str(args.val_every),

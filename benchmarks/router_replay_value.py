@@ -111,7 +111,7 @@ def _score(checkpoint: Path, prompts: list[list[int]], segments: list, replay: b
 def _train(run_dir: Path, steps: int, seed: int, replay: bool) -> list[dict[str, object]]:
     from run_lifecycle import read_metrics
     from sync_ppo.cli import parse
-    from sync_ppo.trainer import train
+    from trainers.sync_ppo.trainer import train
 
     cfg, _ = parse(["--run.steps", str(steps), "--run.seed", str(seed), "--run.dir", str(run_dir),
                     "--rollout.engine.dtype", "bfloat16", "--train.router_replay", str(replay).lower(),

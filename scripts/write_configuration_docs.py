@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.config import AsyncConfig
 from flow_grpo.config import FlowConfig
 from run_lifecycle import to_markdown
 

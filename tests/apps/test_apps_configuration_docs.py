@@ -27,9 +27,9 @@ def test_the_flow_grpo_configuration_reference_matches_its_typed_config() -> Non
 
 
 def test_every_key_of_both_apps_is_in_the_reference() -> None:
-    from async_ppo.config import AsyncConfig
+    from async_pipeline.async_ppo.config import AsyncConfig
     from run_lifecycle import leaves
-    from sync_ppo.config import SyncConfig
+    from trainers.sync_ppo.config import SyncConfig
 
     text = (ROOT / "docs" / "configuration.md").read_text()
     keys = {leaf.key for cls in (SyncConfig, AsyncConfig) for leaf in leaves(cls)}

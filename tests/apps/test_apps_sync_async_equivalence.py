@@ -35,10 +35,10 @@ def ray_session() -> Iterator[None]:
 
 
 def test_max_staleness_zero_gives_the_metrics_of_sync_ppo(tmp_path: Path) -> None:
+    from async_pipeline.async_ppo.pipeline import train as async_train
     from async_ppo.cli import parse as async_parse
-    from async_ppo.pipeline import train as async_train
     from sync_ppo.cli import parse as sync_parse
-    from sync_ppo.trainer import train as sync_train
+    from trainers.sync_ppo.trainer import train as sync_train
 
     flags = [*TINY, "--run.warmup_cache", str(tmp_path / "warmup")]
     sync_train(sync_parse([*flags, "--run.dir", str(tmp_path / "sync")])[0])

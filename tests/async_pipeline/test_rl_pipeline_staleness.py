@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from async_pipeline.ledger import PromptTicket
-from async_pipeline.staleness import checked_lag, oldest_trainable, staleness_metrics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollout_core import NOT_SAMPLED, SamplingParams, Trajectory
 from trainers.recipe.config import SortTaskConfig
 from trainers.rollout.prompts import sample_seed, step_prompts
 from trainers.rollout.requests import GroupSpec, group_requests, step_requests
+from trainers.staleness import checked_lag, oldest_trainable, staleness_metrics
 
 
 def _traj(versions: list[int]) -> Trajectory:

@@ -12,8 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the uniquely named helper modules next to this file
 
+from async_pipeline.async_ppo.config import AsyncConfig
 from async_ppo.cli import parse
-from async_ppo.config import AsyncConfig
 from async_ppo_helpers import TINY
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from async_ppo.config import AsyncConfig
-from async_ppo.pipeline import train
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
 from run_lifecycle import read_metrics
 from trainers.dumps import read_dump

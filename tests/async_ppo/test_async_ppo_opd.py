@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.pipeline import train
 from async_pipeline.ray_session.config import RayConfig
 from async_pipeline.ray_session.session import LocalRay
-from async_ppo.config import AsyncConfig
-from async_ppo.pipeline import train
 from engine_adapters.vllm import default_python
 from run_lifecycle import read_metrics
 from trainers.distillation.teacher import ensure_teacher

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.pipeline import train
 from async_pipeline.fleet import PipelineError
 from async_pipeline.ledger import LedgerState
 from async_pipeline.ray_session.config import RayConfig
 from async_pipeline.ray_session.session import LocalRay
-from async_ppo.config import AsyncConfig
-from async_ppo.pipeline import train
 from async_ppo_helpers import trained_prompt_indices
 from rollout_core import TrajectoryStatus
 from run_lifecycle import read_metrics

@@ -10,10 +10,10 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.pipeline import train
 from async_pipeline.ray_session.config import RayConfig
 from async_pipeline.ray_session.session import LocalRay
-from async_ppo.config import AsyncConfig
-from async_ppo.pipeline import train
 from run_lifecycle import read_metrics
 
 

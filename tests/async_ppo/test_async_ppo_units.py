@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from async_pipeline.async_ppo.config import AsyncConfig
 from async_ppo.cli import parse
-from async_ppo.config import AsyncConfig
 
 if TYPE_CHECKING:
     from async_pipeline.rollouter import RollouterSpec

@@ -1,7 +1,7 @@
 """The async PPO app with a real vLLM CPU server as its rollout engine (marker `vllm`).
 
-A few steps of `async_ppo.pipeline.train` with max_staleness 1; everything is read back from the run directory:
-the rollout dumps of the groups the trainer took (per-token versions, routing rows), the metrics (mismatch of
+A few steps of `async_pipeline.async_ppo.pipeline.train` with max_staleness 1; everything is read back from the run
+directory: the rollout dumps of the groups the trainer took (per-token versions, routing rows), the metrics (mismatch of
 vLLM's log-probs against the trainer's, with and without router replay) and the server's log (its pid, which
 must be gone once the run returned).
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.pipeline import train
 from async_pipeline.specs import rollouter_specs
 from async_ppo.cli import parse
-from async_ppo.config import AsyncConfig
-from async_ppo.pipeline import train
 from engine_adapters.vllm import default_python
 from engine_adapters.vllm.rollout_engine import SERVER_GUARD, VLLM_LOG_NAME, VLLMRolloutEngine
 from moe_models import load_pretrained

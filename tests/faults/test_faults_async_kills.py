@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import ray
+from async_pipeline.async_ppo.pipeline import train
 from async_pipeline.fleet import RolloutFleet
 from async_pipeline.ledger import LedgerState
 from async_ppo.cli import parse
-from async_ppo.pipeline import train
 from faults_apps import PROMPTS_PER_STEP, app_flags, descendant_pids, trained_prompt_indices
 from faults_tally import FaultTally
 from run_lifecycle import read_metrics

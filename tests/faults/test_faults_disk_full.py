@@ -18,10 +18,10 @@ from faults_tally import FaultTally
 from run_lifecycle import RunDir, RunProgress, read_metrics
 from run_lifecycle import driver as run_driver
 from safetensors import SafetensorError
-from sync_ppo import trainer as sync_trainer
 from sync_ppo.cli import parse
 from trainers.backend import BackendState
 from trainers.backend import state as state_module
+from trainers.sync_ppo import trainer as sync_trainer
 
 pytestmark = pytest.mark.faults
 

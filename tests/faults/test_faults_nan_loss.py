@@ -14,11 +14,11 @@ from faults_apps import app_flags, resume_flags
 from faults_tally import FaultTally
 from run_lifecycle import RunDir, read_metrics
 from sync_ppo.cli import parse
-from sync_ppo.trainer import train
 from trainers import step_runner
 from trainers.algorithm import Algorithm, LossInputs, LossOutputs
 from trainers.backend import TrainingBackend
 from trainers.step_metrics import NonFiniteError
+from trainers.sync_ppo.trainer import train
 
 pytestmark = pytest.mark.faults
 

@@ -16,11 +16,11 @@ from rl_tasks.example import TaskExample
 from rl_tasks.reward import RewardFn, RewardResult
 from rollout_core import Trajectory
 from run_lifecycle import read_metrics
-from sync_ppo import trainer as sync_trainer
 from sync_ppo.cli import parse
 from trainers.dumps import read_dump
 from trainers.rollout import rollout
 from trainers.rollout.samples import GenRequest, SampleStatus, ScoredSample
+from trainers.sync_ppo import trainer as sync_trainer
 
 pytestmark = pytest.mark.faults
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from flow_grpo.cli import parse
-from flow_grpo.trainer import train
+from flow_grpo.setup import train
 from run_lifecycle import read_metrics
 
 TINY = [

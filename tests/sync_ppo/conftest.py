@@ -12,8 +12,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the uniquely named helper modules next to this file
 
 from sync_ppo.cli import parse
-from sync_ppo.config import SyncConfig
 from sync_ppo_helpers import NATIVE_ENGINE, TINY, TOY_TASK
+from trainers.sync_ppo.config import SyncConfig
 
 torch.set_num_threads(1)  # tiny matmuls: one intra-op thread is much faster on a shared 2-core machine
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
 from trainers.distillation.teacher import ensure_teacher
 from trainers.dumps import read_dump
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 pytestmark = pytest.mark.slow
 

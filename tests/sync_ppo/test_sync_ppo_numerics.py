@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from moe_models.precision_report import report
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 pytestmark = pytest.mark.slow
 

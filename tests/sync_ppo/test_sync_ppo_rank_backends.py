@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 
 def _needs(library: str, marker: pytest.MarkDecorator, script: str) -> list[pytest.MarkDecorator]:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
 from trainers import PADDING_DATA_SOURCE
 from trainers.dumps import read_dump
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 VOLATILE = ("timing/", "perf/")  # wall-clock metrics differ between any two runs
 
@@ -74,7 +74,7 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(
 def test_rollout_compile_decode_flag_reaches_the_engine(tmp_path: Path, tiny_config: Callable[..., SyncConfig]) -> None:
     import asyncio
 
-    from sync_ppo.trainer import _build
+    from trainers.sync_ppo.trainer import _build
 
     assert not asyncio.run(_build(tiny_config(tmp_path / "eager"))).engine.decode_compiled
     compiled = asyncio.run(_build(tiny_config(tmp_path / "compiled", "--rollout.engine.compile_decode", "true")))

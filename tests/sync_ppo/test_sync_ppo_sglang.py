@@ -13,10 +13,10 @@ from engine_adapters.sglang import ModelShape
 from engine_adapters.testing.fake_sglang import FakeSGLangServer
 from rollout_core import TrajectoryStatus
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
 from trainers.dumps import read_dump
 from trainers.recipe.setup import prepare_run
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 pytestmark = pytest.mark.slow
 

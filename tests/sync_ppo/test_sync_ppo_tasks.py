@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rollout_core import NOT_SAMPLED, TrajectoryStatus
 from run_lifecycle import read_metrics
-from sync_ppo.config import SyncConfig
-from sync_ppo.trainer import train
 from trainers.dumps import read_dump
 from trainers.recipe.config import SortTaskConfig
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.trainer import train
 
 pytestmark = pytest.mark.slow
 

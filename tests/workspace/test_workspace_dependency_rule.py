@@ -94,18 +94,19 @@ RULE: dict[str, Rule] = {
         ("engine-adapters", "flow-models", "moe-models", "rollout-core", "run-lifecycle", "trainers"),
     ),
     "sync-ppo": Rule(
-        "Synchronous PPO/GRPO in one process: generate, train, push weights",
-        ("moe-models", "rollout-core", "run-lifecycle", "trainers"),
+        "Synchronous PPO/GRPO in one process: its command line over `trainers.sync_ppo`",
+        ("run-lifecycle", "trainers"),
         unused={"engine-adapters": ENGINES},
     ),
     "async-ppo": Rule(
-        "Asynchronous PPO/GRPO on Ray: its config, its report and the driver's loop over `async-pipeline`",
+        "Asynchronous PPO/GRPO on Ray: its command line over `async_pipeline.async_ppo`",
         ("async-pipeline", "run-lifecycle", "trainers"),
         unused={"engine-adapters": ENGINES},
     ),
     "flow-grpo": Rule(
-        "FlowGRPO for flow-matching image models: its config and the loop over `trainers.flow`",
-        ("async-pipeline", "flow-models", "run-lifecycle", "trainers"),
+        "FlowGRPO for flow-matching image models: its command line, its `ray` section and the assembly of a run "
+        "(Ray rollouter, batches in flight) for `trainers.flow`'s loop",
+        ("async-pipeline", "run-lifecycle", "trainers"),
     ),
 }
 
@@ -131,8 +132,17 @@ class OptionalImport:
 
 
 VLLM_WORKER = "runs inside vLLM's worker process, in vLLM's environment; nothing in engine_adapters imports it"
+LLM = "the LLM modules (models, tasks, the recipe); the FlowGRPO path never imports them (apps/flow_grpo runs without)"
+FLOW = "FlowGRPO's modules, imported only by the FlowGRPO path"
 NATIVE = "the native engine's modules (engine_adapters.native), imported only where a native engine is built or run"
 OPTIONAL: tuple[OptionalImport, ...] = (
+    OptionalImport("trainers", "moe_models", "trainers/", "moe-models", "extra llm", LLM),
+    OptionalImport("trainers", "rl_tasks", "trainers/", "rl-tasks", "extra llm", LLM),
+    OptionalImport("trainers", "flow_models", "trainers/flow/", "flow-models", "extra flow", FLOW),
+    OptionalImport("trainers", "matplotlib", "trainers/flow/pictures.py", "matplotlib", "extra flow", FLOW),
+    OptionalImport("async-pipeline", "moe_models", "async_pipeline/", "moe-models", "extra llm", LLM),
+    OptionalImport("async-pipeline", "engine_adapters", "async_pipeline/", "engine-adapters", "extra llm", LLM),
+    OptionalImport("async-pipeline", "flow_models", "async_pipeline/flow_", "flow-models", "extra flow", FLOW),
     *(
         OptionalImport("engine-adapters", module, "engine_adapters/native/", dist, "extra native", NATIVE)
         for module, dist in (

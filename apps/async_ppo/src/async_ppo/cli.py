@@ -1,19 +1,15 @@
 """Command line: `uv run apps/async_ppo [--config file.toml] [--section.key value ...] [--resume]`.
 
 Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
-so `--help` answers in well under a second; torch and ray come with `async_ppo.pipeline`.
+so `--help` answers in well under a second; torch and ray come with `async_pipeline.async_ppo.pipeline`.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from async_pipeline.async_ppo.config import AsyncConfig
 from run_lifecycle.cli import app_parser, resolve_run, run_app
-
-from async_ppo.config import AsyncConfig
-
-DEFAULT_RUNS_ROOT = Path("runs") / "async_ppo"
 
 DESCRIPTION = """\
 Fully asynchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable task, on Ray.
@@ -28,8 +24,8 @@ Artifacts go to the run directory (metrics.jsonl, config.toml, rollouts/, valida
 
 def parse(argv: list[str] | None = None) -> tuple[AsyncConfig, bool]:
     """The resolved config and whether to resume (`run_lifecycle.cli.resolve_run`: the saved config is the base)."""
-    args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
-    return resolve_run(AsyncConfig, args, DEFAULT_RUNS_ROOT)
+    args = app_parser("async_ppo", DESCRIPTION, AsyncConfig, AsyncConfig.RUNS_ROOT).parse_args(argv)
+    return resolve_run(AsyncConfig, args, AsyncConfig.RUNS_ROOT)
 
 
 def check(cfg: AsyncConfig) -> None:
@@ -43,7 +39,7 @@ def check(cfg: AsyncConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     cfg, resume = run_app("async_ppo", parse, argv, check)
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # before ray is imported: workers reuse this venv
-    from async_ppo.pipeline import train
+    from async_pipeline.async_ppo.pipeline import train
 
     summary = train(cfg, resume=resume)
     print(summary.line())

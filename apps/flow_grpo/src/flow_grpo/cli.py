@@ -1,18 +1,14 @@
 """Command line: `uv run apps/flow_grpo [--config file.toml] [--section.key value ...] [--resume]`.
 
 Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
-so `--help` answers at once; torch comes with `flow_grpo.trainer`.
+so `--help` answers at once; torch comes with `flow_grpo.setup`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from run_lifecycle.cli import app_parser, resolve_run, run_app
 
 from flow_grpo.config import FlowConfig
-
-DEFAULT_RUNS_ROOT = Path("runs") / "flow_grpo"
 
 DESCRIPTION = """\
 FlowGRPO for a small class-conditional flow-matching model on 8x8 digits: RL on the classifier probability of
@@ -31,14 +27,14 @@ def parse(argv: list[str] | None = None) -> tuple[FlowConfig, bool]:
         "flow_grpo",
         DESCRIPTION,
         FlowConfig,
-        DEFAULT_RUNS_ROOT,
+        FlowConfig.RUNS_ROOT,
         data_settings="seed, model, warm-up, reward, rollout, sampler, max_staleness",
     )
-    return resolve_run(FlowConfig, parser.parse_args(argv), DEFAULT_RUNS_ROOT, DATA_SHAPING)
+    return resolve_run(FlowConfig, parser.parse_args(argv), FlowConfig.RUNS_ROOT, DATA_SHAPING)
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg, resume = run_app("flow_grpo", parse, argv)
-    from flow_grpo.trainer import train
+    from flow_grpo.setup import train
 
     print(train(cfg, resume=resume).line())

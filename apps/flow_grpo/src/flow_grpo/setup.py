@@ -1,44 +1,27 @@
-"""FlowSetup: what a run prepares before it trains: its directory (claimed, locked), the cached base model and
-reward classifier (`trainers.flow.base`), the backend, the rewards, and the rollouter with its batches in flight
-(`async_pipeline.flow_inflight`: in this process or on a Ray actor)."""
+"""The FlowGRPO app's assembly: what a run prepares before it trains (`trainers.flow.run.FlowRun`: its directory,
+claimed and locked, the cached base model and reward classifier, the backend, the rewards, and the rollouter with
+its batches in flight, `async_pipeline.flow_inflight`: in this process or on a Ray actor), and `train`, which runs
+`trainers.flow.trainer`'s loop over it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from async_pipeline.flow_inflight import InFlight
 from async_pipeline.flow_rollouter import FlowRollouterSpec
-from flow_models.rewards import RewardFn
-from run_lifecycle import MetricsLog, RunDir, RunLock
+from run_lifecycle import MetricsLog, RunSummary
 from run_lifecycle.claim import claim_run_dir
+from trainers.flow import trainer as flow_trainer
 from trainers.flow.backend import FlowBackend
 from trainers.flow.base import FlowBase
+from trainers.flow.report import FlowDetails
+from trainers.flow.run import FlowRun
 
-from flow_grpo.cli import DEFAULT_RUNS_ROOT
 from flow_grpo.config import FlowConfig
 
 
-@dataclass
-class FlowSetup:
-    cfg: FlowConfig
-    run: RunDir
-    lock: RunLock  # held until `close`
-    log: MetricsLog
-    base: FlowBase
-    backend: FlowBackend
-    inflight: InFlight
-    reward: RewardFn
-
-    def close(self) -> None:
-        try:
-            self.inflight.close()
-        finally:
-            self.lock.release()
-
-
-def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
-    run, lock = claim_run_dir(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)  # type: ignore[arg-type]
+def prepare(cfg: FlowConfig, *, resume: bool) -> FlowRun:
+    run, lock = claim_run_dir(cfg, resume=resume, runs_root=cfg.RUNS_ROOT)  # type: ignore[arg-type]
     try:
         base = FlowBase.prepare(cfg.model, cfg.warmup, cfg.reward, Path(cfg.run.warmup_cache).resolve())
         total = cfg.run.steps * cfg.train.mini_batches_per_step * cfg.train.epochs
@@ -61,4 +44,9 @@ def prepare(cfg: FlowConfig, *, resume: bool) -> FlowSetup:
     except BaseException:
         lock.release()
         raise
-    return FlowSetup(cfg, run, lock, MetricsLog(run.metrics), base, backend, inflight, base.reward.build())
+    return FlowRun(cfg, run, lock, MetricsLog(run.metrics), base, backend, inflight, base.reward.build())
+
+
+def train(cfg: FlowConfig, *, resume: bool = False) -> RunSummary[FlowDetails]:
+    """Runs (or resumes) a whole FlowGRPO run; returns its summary."""
+    return flow_trainer.train(cfg, lambda: prepare(cfg, resume=resume), resume=resume)

@@ -1,4 +1,4 @@
 """The synchronous PPO/GRPO trainer app: generate -> reward -> advantages -> update -> push weights -> validate.
 
-Importing this package is light (no torch); the trainer loop lives in `sync_ppo.trainer`.
+Importing this package is light (no torch); the trainer loop lives in `trainers.sync_ppo.trainer`.
 """

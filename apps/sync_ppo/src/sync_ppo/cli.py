@@ -1,18 +1,13 @@
 """Command line: `uv run apps/sync_ppo [--config file.toml] [--section.key value ...] [--resume]`.
 
 Only the standard library, run_lifecycle and the config dataclasses are imported before the arguments are parsed,
-so `--help` answers in well under a second; torch comes with `sync_ppo.trainer`.
+so `--help` answers in well under a second; torch comes with `trainers.sync_ppo.trainer`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from run_lifecycle.cli import app_parser, resolve_run, run_app
-
-from sync_ppo.config import SyncConfig
-
-DEFAULT_RUNS_ROOT = Path("runs") / "sync_ppo"
+from trainers.sync_ppo.config import SyncConfig
 
 DESCRIPTION = """\
 Synchronous PPO/GRPO for a tiny Mixture-of-Experts LM on a verifiable task, with router replay.
@@ -25,8 +20,8 @@ validation/, checkpoints/, plots/)."""
 
 def parse(argv: list[str] | None = None) -> tuple[SyncConfig, bool]:
     """The resolved config and whether to resume (see `run_lifecycle.cli.resolve_run`)."""
-    args = app_parser("sync_ppo", DESCRIPTION, SyncConfig, DEFAULT_RUNS_ROOT).parse_args(argv)
-    return resolve_run(SyncConfig, args, DEFAULT_RUNS_ROOT)
+    args = app_parser("sync_ppo", DESCRIPTION, SyncConfig, SyncConfig.RUNS_ROOT).parse_args(argv)
+    return resolve_run(SyncConfig, args, SyncConfig.RUNS_ROOT)
 
 
 def check(cfg: SyncConfig) -> None:
@@ -39,7 +34,7 @@ def check(cfg: SyncConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     cfg, resume = run_app("sync_ppo", parse, argv, check)
-    from sync_ppo.trainer import train
+    from trainers.sync_ppo.trainer import train
 
     summary = train(cfg, resume=resume)
     print(summary.line())

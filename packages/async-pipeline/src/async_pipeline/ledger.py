@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
 
-from async_pipeline.staleness import oldest_trainable
+from trainers.staleness import oldest_trainable
 
 G = TypeVar("G")
 

@@ -22,6 +22,7 @@ from trainers.recipe.config import RecipeConfig
 from trainers.recipe.export import write_policy
 from trainers.recipe.policy_trainer import PolicyTrainer
 from trainers.recipe.setup import run_tokenizer
+from trainers.staleness import oldest_trainable, staleness_metrics
 from trainers.weight_sync import WeightHandle
 
 from async_pipeline.behaviour_probe import BehaviourProbe
@@ -29,7 +30,6 @@ from async_pipeline.group import ExcludedGroup, FinishedGroup
 from async_pipeline.lengths import length_metrics, write_excluded
 from async_pipeline.ray_session.node import NodeAware
 from async_pipeline.ray_session.weight_sync import RayWeightSync
-from async_pipeline.staleness import oldest_trainable, staleness_metrics
 
 
 @dataclass(frozen=True)

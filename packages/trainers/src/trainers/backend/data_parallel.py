@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from moe_models import MoEForCausalLM
+
+if TYPE_CHECKING:
+    from moe_models import MoEForCausalLM
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,19 @@ tagged with its version).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from trainers.recipe.config import RecipeConfig
 
 from async_pipeline.config import FaultConfig, PipelineConfig
 from async_pipeline.ray_session.config import RayConfig
-from trainers.recipe.config import RecipeConfig
 
 
 @dataclass
 class AsyncConfig(RecipeConfig):
+    RUNS_ROOT: ClassVar[Path] = Path("runs") / "async_ppo"  # where a run without `run.dir` gets its directory
+
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)

@@ -20,6 +20,7 @@ from pathlib import Path
 from moe_models.precision_probe import probe, write_probe
 from rollout_core import NOT_SAMPLED, RolloutEngine
 from run_lifecycle import Checkpoint, RunSummary, drive, due
+
 from trainers.backend import BackendState
 from trainers.distillation.stream import TeacherStream, attach_teacher
 from trainers.distillation.teacher_set import TeacherSet
@@ -33,10 +34,8 @@ from trainers.rollout.requests import GroupSpec, step_requests
 from trainers.rollout.rollout import generate_all, score_all
 from trainers.rollout.samples import SampleStatus, ScoredSample
 from trainers.rollout.validation import validate
-
-from sync_ppo.cli import DEFAULT_RUNS_ROOT
-from sync_ppo.config import SyncConfig
-from sync_ppo.report import REPORT, SyncDetails
+from trainers.sync_ppo.config import SyncConfig
+from trainers.sync_ppo.report import REPORT, SyncDetails
 
 
 @dataclass
@@ -182,7 +181,7 @@ class SyncPPO:
 
 
 async def _build(cfg: SyncConfig, resume: bool = False) -> SyncPPO:
-    s = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
+    s = prepare_run(cfg, resume=resume, runs_root=cfg.RUNS_ROOT)
     engine: RolloutEngine | None = None
     teacher: TeacherSet | None = None
     teacher_acc = None

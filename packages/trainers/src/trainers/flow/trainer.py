@@ -16,27 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from async_pipeline.staleness import checked_lag
 from run_lifecycle import Checkpoint, RunSummary, drive, due
+
 from trainers.backend import BackendState
 from trainers.flow.pictures import save_samples
+from trainers.flow.recipe import FlowRecipeConfig
+from trainers.flow.report import FlowDetails, report
+from trainers.flow.run import FlowRun
 from trainers.flow.step import flow_train_step
 from trainers.flow.validation import validate
-
-from flow_grpo.config import FlowConfig
-from flow_grpo.report import FlowDetails, report
-from flow_grpo.setup import FlowSetup, prepare
+from trainers.staleness import checked_lag
 
 
 @dataclass
 class FlowGRPO:
-    s: FlowSetup
+    s: FlowRun
 
     @property
-    def cfg(self) -> FlowConfig:
+    def cfg(self) -> FlowRecipeConfig:
         return self.s.cfg
 
     def validate(self, step: int) -> dict[str, float]:
@@ -106,14 +107,15 @@ class FlowGRPO:
         self.s.close()
 
 
-async def run_loop(cfg: FlowConfig, resume: bool) -> RunSummary[FlowDetails]:
+async def run_loop(cfg: FlowRecipeConfig, prepare: Callable[[], FlowRun], resume: bool) -> RunSummary[FlowDetails]:
     import torch
 
     torch.set_num_threads(cfg.run.torch_threads)
-    s = prepare(cfg, resume=resume)
+    s = prepare()
     return await drive(FlowGRPO(s), s.run, s.log, cfg.run, report(cfg.validation.grid_per_class), resume=resume)
 
 
-def train(cfg: FlowConfig, *, resume: bool = False) -> RunSummary[FlowDetails]:
-    """Runs (or resumes) a whole FlowGRPO run; returns its summary."""
-    return asyncio.run(run_loop(cfg, resume))
+def train(cfg: FlowRecipeConfig, prepare: Callable[[], FlowRun], *, resume: bool = False) -> RunSummary[FlowDetails]:
+    """Runs (or resumes) a whole FlowGRPO run; returns its summary. `prepare`: what the run trains with (its
+    directory, base, backend and batches in flight), called once torch's threads are set."""
+    return asyncio.run(run_loop(cfg, prepare, resume))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from run_lifecycle import Panel, Rows, RunReport, last_of
+
 from trainers.flow.pictures import save_before_after_plot
 
 PANELS = (

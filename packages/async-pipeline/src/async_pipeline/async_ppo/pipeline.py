@@ -19,21 +19,20 @@ import asyncio
 import time
 from pathlib import Path
 
+from run_lifecycle import Checkpoint, RunSummary, drive, due
+from run_lifecycle.sigterm import exit_on_sigterm
+from trainers.distillation.teacher import TeacherRoster, check_roster, ensure_roster
+from trainers.recipe.setup import RunSetup, prepare_run
+
 from async_pipeline.actors import Actors, TrainCall
+from async_pipeline.async_ppo.config import AsyncConfig
+from async_pipeline.async_ppo.report import REPORT, AsyncDetails
 from async_pipeline.ray_session.session import RaySession
 from async_pipeline.staged_checkpoint import StagedCheckpoint
 from async_pipeline.step_clock import StepClock
 from async_pipeline.step_rows import StepRows
 from async_pipeline.teacher_pool import pool_cpus
 from async_pipeline.validations import PendingValidations
-from run_lifecycle import Checkpoint, RunSummary, drive, due
-from run_lifecycle.sigterm import exit_on_sigterm
-from trainers.distillation.teacher import TeacherRoster, check_roster, ensure_roster
-from trainers.recipe.setup import RunSetup, prepare_run
-
-from async_ppo.cli import DEFAULT_RUNS_ROOT
-from async_ppo.config import AsyncConfig
-from async_ppo.report import REPORT, AsyncDetails
 
 
 class Pipeline:
@@ -131,7 +130,7 @@ class Pipeline:
 
 
 async def run_pipeline(cfg: AsyncConfig, resume: bool) -> RunSummary[AsyncDetails]:
-    setup = prepare_run(cfg, resume=resume, runs_root=DEFAULT_RUNS_ROOT)
+    setup = prepare_run(cfg, resume=resume, runs_root=cfg.RUNS_ROOT)
     try:
         pipe = _open(setup, cfg)
     except BaseException:

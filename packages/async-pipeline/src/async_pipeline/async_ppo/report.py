@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from async_pipeline.histograms import save_histograms
 from run_lifecycle import Panel, Rows, RunReport, mean_of
+
+from async_pipeline.histograms import save_histograms
 
 
 @dataclass(frozen=True)
