@@ -29,6 +29,7 @@ from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
 from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import OptimConfig
 from trainers.backend.config import TorchBackendConfig
 
@@ -112,7 +113,7 @@ def _rank(
 
         backend = MegatronBackend(ckpt, optim, data_parallel=dp, expert_parallel=world)
     batch = torch.load(batch_path, weights_only=False)
-    algorithm = PPOConfig().build(max_new_tokens=12)
+    algorithm = build_algorithm(PPOConfig(), max_new_tokens=12)
     loop = TrainLoopConfig(router_replay=True)
     times = []
     for i in range(steps + 2):  # two warm-up steps

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from trainers.algorithm.build import build_algorithm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backend_step_time import make_batch
@@ -101,7 +102,7 @@ def run_ours(size: str, shape: str, steps: int) -> dict[str, float]:
     m = model(size)
     batch = batch_for(m, shape)
     backend = TorchBackend(m, OptimConfig(lr=1e-5), device="cpu", experts_kernel=TorchBackendConfig().experts_kernel)
-    algorithm = PPOConfig().build(max_new_tokens=int(batch.response_mask.sum(1).max()))
+    algorithm = build_algorithm(PPOConfig(), max_new_tokens=int(batch.response_mask.sum(1).max()))
     out = {"step_s": median_step(lambda: train_step(backend, algorithm, batch, TrainLoopConfig()), steps)}
     out |= {"tokens": float(batch.attention_mask.sum()), "peak_mb": peak_mb()}
     if shape == "long":

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from trainers.algorithm.build import build_algorithm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backend_step_time import make_batch, make_model
@@ -63,7 +64,7 @@ def benchmark_shapes(model: MoEForCausalLM, shared_prompts: bool = False) -> dic
 def seconds_per_step(batch: TrainBatch, kernel: str, budget: int, steps: int, max_new_tokens: int) -> float:
     model = make_model()
     backend = TorchBackend(model, OptimConfig(lr=1e-5), device="cpu", experts_kernel=kernel)
-    algorithm = PPOConfig().build(max_new_tokens=max_new_tokens)
+    algorithm = build_algorithm(PPOConfig(), max_new_tokens=max_new_tokens)
     loop = TrainLoopConfig(router_replay=True, micro_batch_tokens=budget)
     times = []
     for i in range(steps + 1):  # one warm-up step

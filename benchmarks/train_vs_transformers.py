@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from trainers.algorithm.build import build_algorithm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backend_step_time import make_model
@@ -68,7 +69,7 @@ def interleaved_medians(runs: list[Callable[[], None]], steps: int) -> list[floa
 
 def ours_step(model: MoEForCausalLM, batch: TrainBatch, max_new_tokens: int) -> Callable[[], None]:
     backend = TorchBackend(model, OptimConfig(lr=LR), device="cpu", experts_kernel=TorchBackendConfig().experts_kernel)
-    algorithm = PPOConfig().build(max_new_tokens=max_new_tokens)
+    algorithm = build_algorithm(PPOConfig(), max_new_tokens=max_new_tokens)
     loop = TrainLoopConfig()
     return lambda: train_step(backend, algorithm, batch, loop)
 

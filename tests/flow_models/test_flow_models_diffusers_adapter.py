@@ -53,7 +53,9 @@ def diffusers_output(adapter: SD3Velocity) -> ModelOutput:
 def random_velocity_mlp(seed: int, channels: int = 4) -> VelocityMLP:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = VelocityConfig(image_size=8, channels=channels, num_classes=NUM_CLASSES, hidden=32, depth=2).build()
+        model = VelocityMLP(
+            VelocityConfig(image_size=8, channels=channels, num_classes=NUM_CLASSES, hidden=32, depth=2)
+        )
         torch.nn.init.normal_(model.out.weight, std=0.1)
         torch.nn.init.normal_(model.out.bias, std=0.1)
     return model.eval()

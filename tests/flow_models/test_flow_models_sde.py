@@ -123,7 +123,7 @@ def random_velocity_mlp(seed: int, channels: int = 1, image_size: int = 4) -> Ve
     """A small `VelocityMLP` whose (normally zero-initialised) out layer is random, so v depends on its inputs."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = VelocityConfig(image_size=image_size, channels=channels, num_classes=3, hidden=32, depth=2).build()
+        model = VelocityMLP(VelocityConfig(image_size=image_size, channels=channels, num_classes=3, hidden=32, depth=2))
         torch.nn.init.normal_(model.out.weight, std=0.3)
         torch.nn.init.normal_(model.out.bias, std=0.3)
     return model.eval()

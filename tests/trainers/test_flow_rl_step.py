@@ -8,6 +8,7 @@ import pytest
 import torch
 from flow_models.sampler import FlowRollout, sample
 from flow_models.sampler_config import SamplerConfig
+from flow_models.velocity import VelocityMLP
 from flow_models.velocity_config import VelocityConfig
 from trainers.backend.config import OptimConfig
 from trainers.flow.backend import FlowBackend
@@ -20,7 +21,7 @@ SAMPLER = SamplerConfig(num_steps=6, noise_level=0.7, window_size=2, window_lo=0
 
 def _model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    model = VelocityConfig(hidden=32, depth=2, time_dim=16).build()
+    model = VelocityMLP(VelocityConfig(hidden=32, depth=2, time_dim=16))
     torch.nn.init.normal_(model.out.weight, std=0.05)  # the zero-initialised head would make every step alike
     return model
 

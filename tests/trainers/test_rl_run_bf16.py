@@ -14,6 +14,7 @@ from rollout_core import SamplingParams
 from rollout_core.native_engine_config import EngineConfig
 from run_lifecycle import RunDir
 from trainers.algorithm import PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import TorchBackend
 from trainers.recipe.policy_trainer import PolicyTrainer
 from trainers.rollout.engine_site import EngineSite
@@ -50,7 +51,7 @@ def test_a_bf16_native_engine_samples_with_bf16_weights_and_cache_and_casts_push
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_the_policy_trainer_publishes_its_fp32_weights_in_the_engine_dtype(dtype: torch.dtype | None, tmp_path: Path):
     backend = TorchBackend(tiny_model(), device="cpu")
-    steps = LocalSteps(backend, PPOConfig().build(max_new_tokens=8), TrainLoopConfig(), seed=0)
+    steps = LocalSteps(backend, build_algorithm(PPOConfig(), max_new_tokens=8), TrainLoopConfig(), seed=0)
     trainer = PolicyTrainer(
         steps, TrainLoopConfig(), pad_token_id=0, run=RunDir.create(tmp_path / "run"), weight_dtype=dtype
     )

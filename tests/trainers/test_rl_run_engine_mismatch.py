@@ -11,6 +11,7 @@ from engine_adapters.native.testing import tiny_model
 from rollout_core import SamplingParams, generate_with_resume
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.weight_sync import LocalWeightSync
 
@@ -85,7 +86,7 @@ def test_weight_push_keeps_engine_and_trainer_in_lockstep() -> None:
     engine = NativeEngine(tiny_model(0), slots=16, max_len=64)
     backend = TorchBackend(tiny_model(0).train(), OptimConfig(lr=1e-2), device="cpu")
     batch = engine_batch(engine, seed=3)
-    train_step(backend, PPOConfig().build(max_new_tokens=8), batch, TrainLoopConfig())
+    train_step(backend, build_algorithm(PPOConfig(), max_new_tokens=8), batch, TrainLoopConfig())
     asyncio.run(push_weights(engine, backend))
     assert engine.weight_version == backend.version == 1
     after = engine_batch(engine, seed=4)

@@ -18,6 +18,7 @@ import torch
 from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, train_step
 from trainers.algorithm import PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.backend.data_parallel import DataParallel
 from trainers_fixtures import PAD, VOCAB, tiny_model
@@ -63,7 +64,7 @@ def run_steps(data_parallel: DataParallel | None) -> list[dict[str, float]]:
     torch.set_num_threads(1)
     loop = TrainLoopConfig(mini_batches_per_step=2, micro_batch_tokens=20, mismatch_sample_seqs=2)
     backend = TorchBackend(tiny_model(), OptimConfig(lr=1e-2), device="cpu", data_parallel=data_parallel)
-    algorithm = PPOConfig().build(max_new_tokens=8)
+    algorithm = build_algorithm(PPOConfig(), max_new_tokens=8)
     batch = fixed_batch()
     out = []
     for _ in range(STEPS):

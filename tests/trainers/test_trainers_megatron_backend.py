@@ -15,7 +15,8 @@ from moe_models import load_pretrained, load_state_dict_tensors
 from trainers.algorithm import KLConfig, PPOConfig
 from trainers.backend import BackendState, OptimConfig
 from trainers.backend.config import MegatronBackendConfig, TorchBackendConfig
-from trainers.step_runner import StepSpec, build_steps
+from trainers.step_runner import build_steps
+from trainers.step_spec import StepSpec
 from trainers_fixtures import rank_batch, rank_spec
 
 pytestmark = [

@@ -11,7 +11,8 @@ from trainers import TrainLoopConfig
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
 from trainers.backend.config import MegatronBackendConfig
-from trainers.step_runner import StepSpec, build_steps
+from trainers.step_runner import build_steps
+from trainers.step_spec import StepSpec
 
 
 @pytest.mark.parametrize("field", ["ranks", "expert_parallel", "torch_threads"])

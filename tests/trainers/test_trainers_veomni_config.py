@@ -15,10 +15,12 @@ from moe_models import FAMILY_NAMES
 from trainers import TrainLoopConfig
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
-from trainers.backend.config import VEOMNI_UNSERVED, VeOmniBackendConfig
-from trainers.backend.rank_worker import portable, receive, send
+from trainers.backend.config import VeOmniBackendConfig
+from trainers.backend.veomni.support import VEOMNI_UNSERVED
+from trainers.rank_worker import portable, receive, send
 from trainers.step_metrics import NonFiniteError
-from trainers.step_runner import StepSpec, build_steps
+from trainers.step_runner import build_steps
+from trainers.step_spec import StepSpec
 
 
 @pytest.mark.parametrize("field", ["ranks", "torch_threads"])

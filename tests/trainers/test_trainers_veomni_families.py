@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
-from trainers.backend.config import VEOMNI_UNSERVED
+from trainers.backend.veomni.support import VEOMNI_UNSERVED
 from trainers_fixtures import PAD, VOCAB
 
 pytestmark = [

@@ -22,6 +22,7 @@ from moe_models import save_pretrained
 from routing_state import RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, collate, pad_to_multiple, train_step
 from trainers.algorithm import PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import OptimConfig, TorchBackend
 from trainers_fixtures import MAX_NEW, PAD, rollouts, tiny_model
 
@@ -57,7 +58,7 @@ def results(backend: object) -> dict[str, object]:
     }
     m = train_step(
         backend,
-        PPOConfig().build(max_new_tokens=MAX_NEW),
+        build_algorithm(PPOConfig(), max_new_tokens=MAX_NEW),
         batch,  # type: ignore[arg-type]
         TrainLoopConfig(router_replay=True, **LOOP),
     ).metrics

@@ -12,7 +12,8 @@ import torch
 from trainers.algorithm import PPOConfig
 from trainers.backend import OptimConfig
 from trainers.backend.config import VeOmniBackendConfig
-from trainers.step_runner import StepSpec, build_steps
+from trainers.step_runner import build_steps
+from trainers.step_spec import StepSpec
 from trainers_fixtures import rank_batch, rank_spec
 
 pytestmark = [

@@ -10,9 +10,10 @@ from moe_models import MoEConfig, MoEForCausalLM, save_pretrained
 from routing_state import RoutingSpec, RoutingTrace
 from trainers import TrainBatch, TrainLoopConfig, TrainSample, collate, pad_to_multiple, train_step
 from trainers.algorithm import Algorithm, AlgorithmConfig, DecoupledConfig, GSPOConfig, OPDConfig, PPOConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend import OptimConfig, TorchBackend
 from trainers.step import StepResult
-from trainers.step_runner import StepSpec
+from trainers.step_spec import StepSpec
 
 VOCAB = 24
 PAD = 0
@@ -98,7 +99,7 @@ def backend(model: MoEForCausalLM, *, reference: bool = False, **optim: float) -
 
 def algorithm(kind: str = "ppo", **fields: object) -> Algorithm:
     cls = {"ppo": PPOConfig, "gspo": GSPOConfig, "decoupled": DecoupledConfig, "opd": OPDConfig}[kind]
-    return cls(**fields).build(max_new_tokens=MAX_NEW)  # type: ignore[arg-type]
+    return build_algorithm(cls(**fields), max_new_tokens=MAX_NEW)  # type: ignore[arg-type]
 
 
 def step(b: TorchBackend, batch: TrainBatch, alg: Algorithm | None = None, **loop: object) -> StepResult:

@@ -204,7 +204,7 @@ OPTIONAL: tuple[OptionalImport, ...] = (
     OptionalImport(
         "trainers",
         "transformers",
-        "trainers/backend/rank_worker.py",
+        "trainers/rank_worker.py",
         "transformers",
         "root-group veomni",
         "imported only when `find_spec('transformers')` finds it (VeOmni's ranks; the Megatron environment has it for "

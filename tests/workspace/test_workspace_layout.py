@@ -1,6 +1,6 @@
 """The workspace's shape, read statically from the source: no app imports another app, no package imports an app,
-no import circle inside any package, every import of a workspace member is declared, and no file cites a
-document outside the repository."""
+no import circle inside any package (function-level imports included), every import of a workspace member is
+declared, and no file cites a document outside the repository."""
 
 from __future__ import annotations
 
@@ -43,41 +43,34 @@ def module_name(member: Member, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path, module: str, modules: set[str]) -> set[str]:
-    """Modules `path` depends on at module level, `if TYPE_CHECKING:` blocks included (a circle of type imports is
-    a circle of design too); imports inside functions (lazy, by intent) are not counted. Relative imports are
-    resolved. `from a import b` imports the module `a.b` when there is one, else `a` (the parent packages every
-    import runs first are not counted)."""
+def module_imports(path: Path, module: str, modules: set[str]) -> set[str]:
+    """Modules `path` depends on: every import in the file, at module level, under `if TYPE_CHECKING:` (a circle of
+    type imports is a circle of design too) and inside functions (a lazy import is an arrow too: a config whose
+    `build()` imports the implementation that imports the config back is a circle). Relative imports are resolved.
+    `from a import b` imports the module `a.b` when there is one, else `a` (the parent packages every import runs
+    first are not counted)."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, ast.Import):
-                out.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                subs = {f"{base}.{a.name}" for a in node.names} & modules
-                out.update(subs)
-                if len(subs) < len(node.names):
-                    out.add(base)
-            elif isinstance(node, ast.If):
-                visit(node.body + node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body + node.orelse + node.finalbody)
-
-    visit(tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            subs = {f"{base}.{a.name}" for a in node.names} & modules
+            out.update(subs)
+            if len(subs) < len(node.names):
+                out.add(base)
     return out
 
 
 def import_graph(member: Member) -> dict[str, set[str]]:
     modules = {module_name(member, p): p for p in member.src.rglob("*.py")}
     names = set(modules)
-    return {m: {i for i in top_level_imports(p, m, names) if i in modules and i != m} for m, p in modules.items()}
+    return {m: {i for i in module_imports(p, m, names) if i in modules and i != m} for m, p in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -178,7 +171,19 @@ def test_the_cycle_finder_sees_a_circle_through_three_modules(tmp_path: Path) ->
     assert cycles(graph) == [["a", "b", "c"]]
     source = tmp_path / "m.py"
     source.write_text("from p import sub, name\nif TYPE_CHECKING:\n    import q\ndef f():\n    import r\n")
-    assert top_level_imports(source, "p.m", {"p", "p.sub", "p.m"}) == {"p", "p.sub", "q"}
+    assert module_imports(source, "p.m", {"p", "p.sub", "p.m"}) == {"p", "p.sub", "q", "r"}
+
+
+def test_a_circle_through_a_function_level_import_is_found(tmp_path: Path) -> None:
+    """The config-builds-its-implementation circle: `config.build()` imports `impl` lazily, `impl` imports
+    `config` at module level."""
+    root = tmp_path / "src" / "pkg"
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "config.py").write_text("class Config:\n    def build(self):\n        from pkg.impl import Impl\n")
+    (root / "impl.py").write_text("from pkg.config import Config\n\nclass Impl:\n    pass\n")
+    member = Member("pkg", "pkg", root, False, frozenset())
+    assert cycles(import_graph(member)) == [["pkg.config", "pkg.impl"]]
 
 
 def test_no_file_cites_a_document_outside_the_repository() -> None:

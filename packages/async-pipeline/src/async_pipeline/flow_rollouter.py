@@ -18,6 +18,7 @@ from flow_models.digits import NUM_CLASSES
 from flow_models.rewards import RewardFn
 from flow_models.sampler import sample
 from flow_models.sampler_config import SamplerConfig
+from flow_models.velocity import VelocityMLP
 from flow_models.velocity_config import VelocityConfig
 from trainers.flow.batch import RolloutBatch
 from trainers.flow.rewards import RewardSpec
@@ -50,7 +51,7 @@ class FlowRollouter:
         torch.set_num_threads(spec.torch_threads)
         self.spec = spec
         self.sync = sync
-        self.model = spec.model.build().eval().requires_grad_(False)
+        self.model = VelocityMLP(spec.model).eval().requires_grad_(False)
         self.model.load_state_dict(
             {k: torch.tensor(v) for k, v in spec.weights.items()}
         )  # copies: Ray's arrays are read-only

@@ -82,6 +82,6 @@ def ensure_base(model_cfg: VelocityConfig, cfg: FlowWarmupConfig, data: DigitSpl
         t0 = time.perf_counter()
         trained, loss = warm_up(model_cfg, cfg, data)
         _store(folder, trained, {"final_loss": loss, "build_s": time.perf_counter() - t0})
-    model = model_cfg.build()
+    model = VelocityMLP(model_cfg)
     _load(folder, model)
     return model

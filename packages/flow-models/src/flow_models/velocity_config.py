@@ -1,13 +1,9 @@
 """The `model` section: the shape of the class-conditional velocity model (`flow_models.velocity.VelocityMLP`).
-Standard library only (`--help` imports it); `build()` imports torch."""
+Standard library only (`--help` imports it); the model is `VelocityMLP(config)`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from torch import nn
 
 
 def _help(text: str, default: object) -> object:
@@ -36,10 +32,3 @@ class VelocityConfig:
     @property
     def pixels(self) -> int:
         return self.channels * self.image_size * self.image_size
-
-    def build(self) -> nn.Module:
-        """A fresh `flow_models.velocity.VelocityMLP` of this shape (typed as a module: `velocity` imports this
-        config, so naming its class here would make an import circle)."""
-        from flow_models.velocity import VelocityMLP
-
-        return VelocityMLP(self)

@@ -33,7 +33,7 @@ def flow_matching_loss(
 def warm_up(model_cfg: VelocityConfig, cfg: FlowWarmupConfig, data: DigitSplits) -> tuple[VelocityMLP, float]:
     """The trained base and its last-step loss."""
     torch.manual_seed(cfg.seed)
-    model = model_cfg.build()
+    model = VelocityMLP(model_cfg)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     loss = torch.zeros(())

@@ -2,6 +2,7 @@
 definition, router capture and replay, each family's Hugging Face checkpoints, tokenizers (a byte-level BPE chat
 tokenizer trained offline, and a character tokenizer)."""
 
+import moe_models.families  # noqa: F401  (each family registers itself with moe_models.config)
 from moe_models.bpe_training import train_chat_tokenizer
 from moe_models.chat_tokenizer import ChatTokenizer
 from moe_models.checkpoint import (

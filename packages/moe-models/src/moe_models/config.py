@@ -320,9 +320,18 @@ class MoEConfig:
         return cls(**_family(model_type).from_hf(data))
 
 
-def _family(model_type: str) -> Any:
-    """The `moe_models.families.Family` of `model_type` (imported lazily and typed `Any`: the families import this
-    module, and a module-level import back would be a circle)."""
-    from moe_models.families import family
+_FAMILIES: dict[str, Any] = {}
 
-    return family(model_type)
+
+def register_family(family: Any) -> None:
+    """Makes `family` (a `moe_models.families.Family`) the one of its `name`. `moe_models.families` registers each
+    family when it is imported, and the package imports it first, so every config finds its family; this module
+    imports no family (the families import it)."""
+    _FAMILIES[family.name] = family
+
+
+def _family(model_type: str) -> Any:
+    """The registered `moe_models.families.Family` of `model_type` (typed `Any`: this module does not import it)."""
+    if model_type not in _FAMILIES:
+        raise ValueError(f"model_type: got {model_type!r}, expected one of {list(_FAMILIES)}")
+    return _FAMILIES[model_type]

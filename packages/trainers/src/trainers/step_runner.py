@@ -1,27 +1,26 @@
 """StepRunner: where `train_step` runs. The apps hand it a step's batch and get the step's result; whether the
-backend lives in this process (`LocalSteps`) or in rank processes of its own (`trainers.backend.rank_group.RankGroup`,
+backend lives in this process (`LocalSteps`) or in rank processes of its own (`trainers.rank_group.RankGroup`,
 every rank running the same `train_step` on the same batch: VeOmni, Megatron-Core) follows from the backend config
 (`build_steps`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from trainers.algorithm.config import AlgorithmConfig
+from trainers.algorithm.build import build_algorithm
 from trainers.backend.config import (
     BackendConfig,
     MegatronBackendConfig,
-    OptimConfig,
     TorchBackendConfig,
     VeOmniBackendConfig,
 )
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
 from trainers.step import StepResult, train_step
+from trainers.step_spec import StepSpec
 from trainers.train_config import TrainLoopConfig
 
 if TYPE_CHECKING:
@@ -29,23 +28,6 @@ if TYPE_CHECKING:
 
     from trainers.algorithm import Algorithm
     from trainers.backend.protocol import TrainingBackend
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """Everything a process needs to build the policy, its optimiser and the algorithm (picklable: rank
-    processes receive it). `total_steps`: the run's optimiser steps (the cosine horizon)."""
-
-    checkpoint_dir: str  # the base model, Hugging Face format
-    algorithm: AlgorithmConfig
-    loop: TrainLoopConfig
-    optim: OptimConfig
-    max_new_tokens: int
-    temperature: float
-    seed: int
-    total_steps: int
-    true_on_policy: bool = False
-    vocab_size: int | None = None  # the tokenizer's ids: the only ones scored (None: every embedding row)
 
 
 class StepRunner(Protocol):
@@ -82,7 +64,7 @@ def build_steps(cfg: BackendConfig, spec: StepSpec) -> StepRunner:
     if isinstance(cfg, TorchBackendConfig):
         return LocalSteps.build(cfg, spec)
     if isinstance(cfg, VeOmniBackendConfig | MegatronBackendConfig):
-        from trainers.backend.rank_group import RankGroup
+        from trainers.rank_group import RankGroup
 
         return RankGroup.start(cfg, spec)
     raise ValueError(f"build_steps: expected a torch, veomni or megatron backend config, got {type(cfg).__name__}")
@@ -100,7 +82,7 @@ class LocalSteps:
         from moe_models import load_pretrained
 
         torch.manual_seed(spec.seed)
-        algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
+        algorithm = build_algorithm(spec.algorithm, max_new_tokens=spec.max_new_tokens)
         vocab = spec.vocab_size
         reference = load_pretrained(spec.checkpoint_dir, vocab_size=vocab) if algorithm.needs_reference else None
         backend = cfg.build(

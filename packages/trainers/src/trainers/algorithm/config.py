@@ -2,18 +2,16 @@
 optional KL-to-reference term and an optional rollout correction (`trainers.algorithm.correction`). Standard
 library only (`--help` imports it).
 
-Every variant builds its `Algorithm` with `build()` (torch is imported there, not here).
+Every variant is built into its `Algorithm` by `trainers.algorithm.build.build_algorithm` (torch is imported there,
+not here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from trainers.algorithm.correction import CorrectionConfig
-
-if TYPE_CHECKING:
-    from trainers.algorithm.protocol import Algorithm
 
 Estimator = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
 AggModeName = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -106,11 +104,6 @@ class PPOConfig(PolicyGradientConfig):
         super().__post_init__()
         self._weights_check(self.old_log_probs == "recompute")
 
-    def build(self, *, max_new_tokens: int) -> Algorithm:
-        from trainers.algorithm.ppo import PPO
-
-        return PPO(self, max_new_tokens=max_new_tokens)
-
 
 @dataclass
 class GSPOConfig(PolicyGradientConfig):
@@ -127,11 +120,6 @@ class GSPOConfig(PolicyGradientConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._weights_check(self.old_log_probs == "recompute")
-
-    def build(self, *, max_new_tokens: int) -> Algorithm:
-        from trainers.algorithm.gspo import GSPO
-
-        return GSPO(self, max_new_tokens=max_new_tokens)
 
 
 @dataclass
@@ -153,11 +141,6 @@ class DecoupledConfig(PolicyGradientConfig):
                 "algorithm.correction.is_level: decoupled PPO already weights each token by pi_prox / mu (truncate it "
                 f"with algorithm.is_cap); expected none, got {self.correction.is_level!r}"
             )
-
-    def build(self, *, max_new_tokens: int) -> Algorithm:
-        from trainers.algorithm.decoupled import Decoupled
-
-        return Decoupled(self, max_new_tokens=max_new_tokens)
 
 
 @dataclass
@@ -199,11 +182,6 @@ class OPDConfig(PPOConfig):
                 f"algorithm.kl.coef: on-policy distillation pulls toward the teacher, not a reference; expected 0, got "
                 f"{self.kl.coef}"
             )
-
-    def build(self, *, max_new_tokens: int) -> Algorithm:
-        from trainers.algorithm.opd import OPD
-
-        return OPD(self, max_new_tokens=max_new_tokens)
 
 
 AlgorithmConfig = PPOConfig | GSPOConfig | DecoupledConfig | OPDConfig

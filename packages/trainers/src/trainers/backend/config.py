@@ -1,16 +1,19 @@
-"""The `optim` and `backend` sections (`backend.kind` torch | veomni | megatron). Standard library only (`--help`
+"""The `backend` section (`backend.kind` torch | veomni | megatron; the `optim` section is
+`trainers.backend.optim_config`). Standard library only (`--help`
 imports it); `build()` and `build_rank()` import torch. Where each kind runs its steps is
 `trainers.step_runner.build_steps`."""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
+from trainers.backend.families import family_refusal
 from trainers.backend.megatron.support import FAMILIES as MEGATRON_FAMILIES
+from trainers.backend.optim_config import OptimConfig
+from trainers.backend.veomni.support import VEOMNI_FAMILIES, veomni_family_refusal
 
 if TYPE_CHECKING:
     import torch
@@ -22,63 +25,6 @@ if TYPE_CHECKING:
 
 def _help(text: str, default: object) -> object:
     return field(default=default, metadata={"help": text})
-
-
-@dataclass
-class OptimConfig:
-    """AdamW with a global grad-norm clip and an optional linear learning-rate ramp; every backend builds its own
-    optimiser from this (and sets `lr_at(n)` before its optimiser step n)."""
-
-    lr: float = _help("AdamW learning rate (after the ramp)", 1e-4)
-    lr_warmup_steps: int = _help(
-        "optimiser steps of a linear ramp to lr (step n, from 0, uses lr * (n + 1) / lr_warmup_steps); 0: no ramp", 0
-    )
-    schedule: Literal["constant", "cosine"] = _help(
-        "after the ramp: constant, or a cosine decay to min_lr_ratio x lr at the run's last optimiser step "
-        "(run.steps x train.mini_batches_per_step x train.ppo_epochs)",
-        "constant",
-    )
-    min_lr_ratio: float = _help("cosine: the learning rate at the last step, as a fraction of lr", 0.0)
-    beta1: float = _help("AdamW beta1", 0.9)
-    beta2: float = _help("AdamW beta2", 0.999)
-    weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
-    grad_clip: float = _help("max global grad norm (L2) per optimiser step", 1.0)
-    kernel: Literal["auto", "foreach", "fused"] = _help(
-        "AdamW's kernel: fused (one kernel a tensor: ~10x faster on a 315M-parameter model on a CPU) or foreach "
-        "(the two round differently); auto: fused from 10M parameters on (unless they are sharded), foreach below",
-        "auto",
-    )
-
-    def __post_init__(self) -> None:
-        if not self.lr > 0 or not self.grad_clip > 0:
-            raise ValueError(f"optim: expected lr > 0 and grad_clip > 0, got {self.lr}, {self.grad_clip}")
-        if self.kernel not in ("auto", "foreach", "fused"):
-            raise ValueError(f"optim.kernel: expected auto, foreach or fused, got {self.kernel!r}")
-        ramp = self.lr_warmup_steps
-        if isinstance(ramp, bool) or not isinstance(ramp, int) or ramp < 0:
-            raise ValueError(f"optim.lr_warmup_steps: expected an int >= 0, got {self.lr_warmup_steps!r}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"optim.min_lr_ratio: expected a fraction in [0, 1], got {self.min_lr_ratio}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1) or self.weight_decay < 0:
-            raise ValueError(
-                f"optim: expected beta1, beta2 in [0, 1) and weight_decay >= 0, got {self.beta1}, {self.beta2}, "
-                f"{self.weight_decay}"
-            )
-
-    def lr_at(self, step: int, total_steps: int | None = None) -> float:
-        """The learning rate of optimiser step `step` (0-based, counted over the whole run, resumes included);
-        `total_steps`, the run's optimiser steps, is needed by the cosine schedule (steps past it keep its end)."""
-        if step < 0:
-            raise ValueError(f"OptimConfig.lr_at: expected a step >= 0, got {step}")
-        if self.lr_warmup_steps and step < self.lr_warmup_steps:
-            return self.lr * (step + 1) / self.lr_warmup_steps
-        if self.schedule == "constant":
-            return self.lr
-        if total_steps is None or total_steps < 1:
-            raise ValueError(f"optim.schedule cosine: expected the run's optimiser steps (>= 1), got {total_steps}")
-        span = max(1, total_steps - 1 - self.lr_warmup_steps)
-        done = min(1.0, (step - self.lr_warmup_steps) / span)
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done)))
 
 
 @dataclass
@@ -160,7 +106,7 @@ class VeOmniBackendConfig:
 
     kind: Literal["veomni"] = "veomni"
     ranks: int = _help(RANKS_HELP, 2)
-    families: ClassVar[tuple[str, ...]] = ("qwen3_moe",)  # the families VeOmni's models and our mapping cover
+    families: ClassVar[tuple[str, ...]] = VEOMNI_FAMILIES  # the families VeOmni's models and our mapping cover
     device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
     compute_dtype: Literal["float32", "bfloat16"] = _help(
         "dtype of the forward and backward (bfloat16: torch autocast; weights and AdamW stay fp32)", "float32"
@@ -175,7 +121,7 @@ class VeOmniBackendConfig:
 
     def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
         """The family refusal, for the model_type of the checkpoint's config.json."""
-        return _family_refusal("veomni", _model_type(checkpoint_dir), self.families)
+        return family_refusal("veomni", _model_type(checkpoint_dir), self.families)
 
     def check_installed(self) -> None:
         from trainers.backend.veomni.install import check_installed
@@ -236,7 +182,7 @@ class MegatronBackendConfig:
             )
 
     def unsupported_family(self, family: str) -> str:
-        return _family_refusal("megatron", family, self.families)
+        return family_refusal("megatron", family, self.families)
 
     def unsupported_checkpoint(self, checkpoint_dir: str) -> str:
         """Why the Megatron build refuses the checkpoint's config.json (its family, or a setting transformers and
@@ -279,36 +225,6 @@ class MegatronBackendConfig:
         )
 
 
-def _no_replay_hook(name: str, family: str) -> str:
-    return (
-        f"VeOmni 0.1.12's {name} MoE block never calls its router-replay hook "
-        f"(veomni.utils.moe_router_replay.maybe_replay_indices; {family!r} is not in its SUPPORTED_MOE_MODEL_TYPES), "
-        "so router replay cannot reach its routers"
-    )
-
-
-# Why VeOmni 0.1.12 cannot train each moe_models family but Qwen3-MoE (docs/veomni.md, "Model families"; the
-# `veomni`-marked tests/trainers/test_trainers_veomni_families.py pins each reason against VeOmni itself).
-VEOMNI_UNSERVED: dict[str, str] = {
-    "qwen2_moe": "VeOmni 0.1.12 has no Qwen2-MoE model (no 'qwen2_moe' in its model registry)",
-    "mixtral": "VeOmni 0.1.12 has no Mixtral model (no 'mixtral' in its model registry)",
-    "deepseek_v3": _no_replay_hook("DeepSeek-V3", "deepseek_v3"),
-    "gpt_oss": _no_replay_hook("GPT-OSS", "gpt_oss"),
-}
-
-
-def veomni_family_refusal(family: str) -> str:
-    """Why the VeOmni backend cannot train a model of `family` (a Hugging Face model_type), or "" when it can."""
-    return _family_refusal("veomni", family, VeOmniBackendConfig.families, VEOMNI_UNSERVED.get(family, ""))
-
-
-def _family_refusal(kind: str, family: str, served: tuple[str, ...], reason: str = "") -> str:
-    if family in served:
-        return ""
-    because = f": {reason}" if reason else ""
-    return f"backend.kind {kind} builds and maps {list(served)} models only, got a {family} model{because}"
-
-
 def _model_type(checkpoint_dir: str) -> str:
     config_file = Path(checkpoint_dir) / "config.json"
     if not config_file.is_file():
@@ -324,7 +240,7 @@ def _positive_ints(cfg: object, *names: str) -> None:
 
 
 class RankedBackendConfig(Protocol):
-    """A backend whose ranks are processes of their own (`trainers.backend.rank_group.RankGroup`): the driver calls
+    """A backend whose ranks are processes of their own (`trainers.rank_group.RankGroup`): the driver calls
     `check_installed()` and `unsupported_checkpoint(checkpoint_dir)` (a refusal's reason, or "") before it spawns
     them, each rank calls `build_rank` after joining the process group (with the run's `StepSpec` fields;
     `reference`: the algorithm needs a frozen copy of the base weights)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.backend.config import OptimConfig
+from trainers.backend.optim_config import OptimConfig
 from trainers.backend.state import BackendState
 
 RNG_KEY = "rng.torch"

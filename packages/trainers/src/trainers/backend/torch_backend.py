@@ -13,8 +13,8 @@ from moe_models import MoEForCausalLM, RouterReplay, TokenScores, set_experts_ke
 
 from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
-from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel, full_state, shard_model
+from trainers.backend.optim_config import OptimConfig
 from trainers.backend.optimised_module import OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
 from trainers.backend.state import BackendState

@@ -20,7 +20,8 @@ from trainers.rollout.dumps import dump_record
 from trainers.rollout.quality import rollout_metrics
 from trainers.rollout.samples import ScoredSample
 from trainers.rollout.step_batch import StepBatch, build_step_batch
-from trainers.step_runner import StepRunner, StepSpec, build_steps
+from trainers.step_runner import StepRunner, build_steps
+from trainers.step_spec import StepSpec
 from trainers.weight_sync import WeightHandle, WeightSync
 
 

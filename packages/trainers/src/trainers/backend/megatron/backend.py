@@ -23,13 +23,13 @@ from moe_models.log_probs import next_token_entropy, next_token_log_probs
 
 from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
-from trainers.backend.config import OptimConfig
 from trainers.backend.data_parallel import DataParallel
 from trainers.backend.megatron import grads
 from trainers.backend.megatron.checkpoint import MegatronState
 from trainers.backend.megatron.family_build import family_build
 from trainers.backend.megatron.gpt import gpt_logits
 from trainers.backend.megatron.replay import install_row_replay, replaying
+from trainers.backend.optim_config import OptimConfig
 from trainers.backend.optimised_module import OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
 from trainers.backend.state import BackendState

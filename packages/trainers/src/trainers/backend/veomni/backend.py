@@ -14,13 +14,14 @@ from torch import nn
 
 from trainers.aggregation import masked_mean
 from trainers.algorithm.loss_io import LossOutputs
-from trainers.backend.config import OptimConfig, veomni_family_refusal
 from trainers.backend.data_parallel import DataParallel, full_state
+from trainers.backend.optim_config import OptimConfig
 from trainers.backend.optimised_module import RNG_KEY, OptimisedModule
 from trainers.backend.protocol import LossFn, PolicyRole
 from trainers.backend.state import BackendState
 from trainers.backend.veomni.compat import build_model, init_parallel
 from trainers.backend.veomni.replay import moe_routers, replaying
+from trainers.backend.veomni.support import veomni_family_refusal
 from trainers.batch import TrainBatch
 
 

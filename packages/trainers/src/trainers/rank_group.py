@@ -17,11 +17,11 @@ import torch
 
 from trainers.backend.config import RankedBackendConfig
 from trainers.backend.optimised_module import RNG_KEY
-from trainers.backend.rank_worker import RankArgs, RankCall, RankFailure, rank_main, receive, send
 from trainers.backend.state import BackendState
 from trainers.batch import TrainBatch
+from trainers.rank_worker import RankArgs, RankCall, RankFailure, rank_main, receive, send
 from trainers.step import StepResult
-from trainers.step_runner import StepSpec
+from trainers.step_spec import StepSpec
 
 if TYPE_CHECKING:
     from moe_models import MoEForCausalLM

@@ -15,8 +15,9 @@ from importlib.util import find_spec
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from trainers.algorithm.build import build_algorithm
 from trainers.backend.config import RankedBackendConfig
-from trainers.step_runner import StepSpec
+from trainers.step_spec import StepSpec
 
 if TYPE_CHECKING:
     from trainers.algorithm import Algorithm
@@ -102,7 +103,7 @@ def _build(args: RankArgs) -> tuple[TrainingBackend, Algorithm]:
     dp = DataParallel(args.rank, args.world_size, device) if args.world_size > 1 else None
     spec = args.spec
     torch.manual_seed(spec.seed)
-    algorithm = spec.algorithm.build(max_new_tokens=spec.max_new_tokens)
+    algorithm = build_algorithm(spec.algorithm, max_new_tokens=spec.max_new_tokens)
     backend = args.cfg.build_rank(
         spec.checkpoint_dir,
         spec.optim,
