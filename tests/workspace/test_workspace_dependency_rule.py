@@ -72,7 +72,10 @@ RULE: dict[str, Rule] = {
         "replay, their HF checkpoints, tokenizers (a byte-level BPE chat tokenizer, a char tokenizer), the precision "
         "probe"
     ),
-    "flow-models": Rule("Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter"),
+    "flow-models": Rule(
+        "Flow-matching image models, their SDE sampler with per-step log-probs, the SD3 adapter",
+        ("run-lifecycle",),
+    ),
     "engine-adapters": Rule(
         "Every rollout engine behind `Engine`: the embedded native engine (continuous batching, abort, pause, live "
         "weight updates, teacher scoring, greedy evaluation; extra `native`) and vLLM and SGLang over HTTP, as "
@@ -81,7 +84,7 @@ RULE: dict[str, Rule] = {
     ),
     "rl-tasks": Rule(
         "Tasks, reward functions, dataset loaders and the `model` section (no torch)",
-        ("moe-models",),
+        ("moe-models", "run-lifecycle"),
     ),
     "trainers": Rule(
         "The trainers: losses, `train_step`, backends and weight sync; the LLM recipe (sections, setup, rollout, "

@@ -4,34 +4,34 @@ parses them without torch or ray."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class PipelineConfig:
-    max_staleness: int = _help(
+    max_staleness: int = help_field(
         "max age in weight versions of the oldest token of a trained sample (0: synchronous training)", 1
     )
-    staleness_policy: Literal["correct", "rerun"] = _help(
+    staleness_policy: Literal["correct", "rerun"] = help_field(
         "a finished group with tokens older than max_staleness versions: `correct` trains it, each token beyond the "
         "bound with the truncated behaviour weight min(pi_prox / mu, stale_is_cap) and its trust region at pi_prox "
         "(docs/algorithms.md); `rerun` discards it and runs the prompt again (long responses are excluded most)",
         "correct",
     )
-    stale_is_cap: float = _help("staleness_policy correct: truncation of a stale token's weight pi_prox / mu", 2.0)
-    sync_every: int = _help("push weights to the rollouters after every k trainer steps", 1)
-    pause_mode: Literal["keep", "abort"] = _help(
+    stale_is_cap: float = help_field("staleness_policy correct: truncation of a stale token's weight pi_prox / mu", 2.0)
+    sync_every: int = help_field("push weights to the rollouters after every k trainer steps", 1)
+    pause_mode: Literal["keep", "abort"] = help_field(
         "weight push: `keep` freezes in-flight responses and continues them under the new weights; `abort` "
         "ends their engine calls and resumes them with prompt + tokens so far (partial rollout)",
         "keep",
     )
-    partial_rollout: bool = _help("with pause_mode abort: resume aborted responses (false: drop them, counted)", True)
-    bucket_mb: float = _help("weights travel trainer -> engines in buckets of at most this many MiB", 256.0)
+    partial_rollout: bool = help_field(
+        "with pause_mode abort: resume aborted responses (false: drop them, counted)", True
+    )
+    bucket_mb: float = help_field("weights travel trainer -> engines in buckets of at most this many MiB", 256.0)
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0 or self.sync_every < 1:
@@ -54,12 +54,12 @@ class PipelineConfig:
 class FaultConfig:
     """Injected faults, for tests of the recovery paths."""
 
-    rollouter_crash_after_groups: int = _help(
+    rollouter_crash_after_groups: int = help_field(
         "rollouter 0's first incarnation exits (os._exit) when it has finished this many groups, before delivering "
         "the last one (0: never)",
         0,
     )
-    push_error_at_version: int = _help("rollouter 0 raises when asked to load this weight version (0: never)", 0)
-    teacher_crash_after_calls: int = _help(
+    push_error_at_version: int = help_field("rollouter 0 raises when asked to load this weight version (0: never)", 0)
+    teacher_crash_after_calls: int = help_field(
         "distillation: teacher replica 0's first incarnation exits (os._exit) on this scoring call (0: never)", 0
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from run_lifecycle.fields import help_field
+
 if TYPE_CHECKING:
     import torch
 
@@ -18,25 +20,23 @@ SdeKind = Literal["sde", "cps"]
 Reduction = Literal["mean", "sum"]
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass(frozen=True)
 class SamplerConfig:
     """Training rollouts: ODE steps, with SDE (stochastic, trained) steps inside one window. The window lies in
     steps `[window_lo, window_hi)`; its start is drawn uniformly from `window_lo .. window_hi - window_size` per
     rollout batch (one window for the whole batch, so its steps batch together)."""
 
-    num_steps: int = _help("denoising steps of a training rollout", 10)
-    shift: float = _help("time shift of the sigma schedule (diffusers' FlowMatchEulerDiscreteScheduler shift)", 1.0)
-    noise_level: float = _help("SDE noise level a (std_t = a sqrt(sigma / (1 - sigma)); CPS: sin(a pi / 2))", 0.7)
+    num_steps: int = help_field("denoising steps of a training rollout", 10)
+    shift: float = help_field(
+        "time shift of the sigma schedule (diffusers' FlowMatchEulerDiscreteScheduler shift)", 1.0
+    )
+    noise_level: float = help_field("SDE noise level a (std_t = a sqrt(sigma / (1 - sigma)); CPS: sin(a pi / 2))", 0.7)
     sde_kind: SdeKind = field(
         default="sde", metadata={"help": "sde: Flow-GRPO's SDE; cps: coefficients-preserving sampling"}
     )
-    window_size: int = _help("stochastic (trained) steps per rollout", 2)
-    window_lo: int = _help("first step index the window may start at", 0)
-    window_hi: int = _help("the window lies in steps [window_lo, window_hi)", 5)
+    window_size: int = help_field("stochastic (trained) steps per rollout", 2)
+    window_lo: int = help_field("first step index the window may start at", 0)
+    window_hi: int = help_field("the window lies in steps [window_lo, window_hi)", 5)
     reduction: Reduction = field(
         default="mean", metadata={"help": "per-step log-prob: mean (the reference's) or sum over latent elements"}
     )

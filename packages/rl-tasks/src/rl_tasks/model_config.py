@@ -4,16 +4,14 @@ family built by the supervised warm-up (`family` at a size `preset`). Checked wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from run_lifecycle.fields import help_field
 
 from rl_tasks.model_presets import model_family_names, model_preset_names
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 @dataclass(frozen=True)
@@ -22,19 +20,21 @@ class ModelConfig:
     the reference and the default teacher's family; no warm-up. `path` empty: the warm-up builds a `preset`-sized
     `family` model on the task (cached) and that is the base."""
 
-    path: str = _help(
+    path: str = help_field(
         "a checkpoint directory of a supported family with its tokenizer files, used as the base (no warm-up); "
         "empty: a warm-up model of model.family at model.preset",
         "",
     )
-    family: str = _help("the warm-up model's family (Hugging Face model_type) when model.path is empty", "qwen3_moe")
-    preset: str = _help("the warm-up model's size preset when model.path is empty", "tiny")
-    tokenizer: str = _help(
+    family: str = help_field(
+        "the warm-up model's family (Hugging Face model_type) when model.path is empty", "qwen3_moe"
+    )
+    preset: str = help_field("the warm-up model's size preset when model.path is empty", "tiny")
+    tokenizer: str = help_field(
         "a tokenizer folder (tokenizer.json, tokenizer_config.json) kept outside the checkpoint; empty: the "
         "checkpoint's own (model.path's, or the warm-up's)",
         "",
     )
-    chat_template_options: tuple[str, ...] = _help(
+    chat_template_options: tuple[str, ...] = help_field(
         "the chat template's own variables as key=value pairs, e.g. enable_thinking=false (values are JSON: true, "
         "false, null, numbers; anything else a string)",
         (),

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from rollout_core.config_fields import help_field
 from rollout_core.engine_registry import ROLLOUT_ENGINES, open_registered
 
 if TYPE_CHECKING:
     from rollout_core import RolloutEngine, RolloutSite
 
 DTYPES = ("float32", "bfloat16")
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 def usable_cores() -> int:
@@ -67,41 +64,41 @@ class EngineConfig:
     """
 
     kind: Literal["native"] = "native"
-    slots: int = _help("KV-cache slots (sequences decoded together)", 64)
-    dtype: Literal["float32", "bfloat16"] = _help(
+    slots: int = help_field("KV-cache slots (sequences decoded together)", 64)
+    dtype: Literal["float32", "bfloat16"] = help_field(
         "the KV cache's dtype; the rollout engine loads the weights in it too (the trainer keeps fp32 weights and "
         "sends them in this dtype; the compiled decode's C kernels are fp32-only, so a compiled bf16 step runs "
         "torch's ops)",
         "float32",
     )
-    max_prefill_tokens: int = _help("prompt tokens admitted per step (at least one prompt always is)", 8192)
-    device: str = _help("torch device of the model and its KV cache", "cpu")
-    compile_decode: bool = _help(
+    max_prefill_tokens: int = help_field("prompt tokens admitted per step (at least one prompt always is)", 8192)
+    device: str = help_field("torch device of the model and its KV cache", "cpu")
+    compile_decode: bool = help_field(
         "torch.compile the decode step (`engine_adapters.native.decode.decode_graph`, one graph per model shape and "
         "cache length, compiled at the first decode step): same results as eager to float rounding; pays off with "
         "long responses, not in short runs",
         False,
     )
-    kernel_threads: int = _help(
+    kernel_threads: int = help_field(
         "threads of the compiled decode's C kernels (attention, routed experts; fp32 only): the calling thread plus "
         "helpers; 0: the cores the engine may use (an async rollouter's ray.rollouter_threads, else every core this "
         "process may run on)",
         2,
     )
-    decode_burst: int = _help(
+    decode_burst: int = help_field(
         "decode steps one worker-thread call may run (1: back to the event loop after every step); a burst ends "
         "early on a new call, abort, pause or resume, and once admission_batch rows finished while calls wait",
         64,
     )
-    admission_batch: int | None = _help(
+    admission_batch: int | None = help_field(
         "with calls waiting for a slot, a burst ends once this many rows finished (or as many as wait); 1 admits at "
         "every finish, more amortise the prefill over several admissions; none: slots // 8, at least 1",
         None,
     )
-    eos_token_ids: tuple[int, ...] | None = _help(
+    eos_token_ids: tuple[int, ...] | None = help_field(
         "token ids that end a response (none: the model config's eos_token_id; empty: never stop on EOS)", None
     )
-    step_delay_ms: float = _help(
+    step_delay_ms: float = help_field(
         "throttle: the engine waits this long after each decode step, as a slower model would (tests and demos of "
         "weight pushes landing mid-response on a tiny model); 0: none",
         0.0,

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from rollout_core.config_fields import help_field
 from rollout_core.engine_registry import ROLLOUT_ENGINES, open_registered
 from rollout_core.vllm_families import DEEPSEEK_V3_CPU_MLA_DIMS, VLLM_FAMILIES, check_vllm_cpu_config
 
@@ -40,23 +41,19 @@ def vllm_checkpoint_refusal(section: str, checkpoint_dir: str) -> str:
     return ""
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class VLLMEngineConfig:
     """A vLLM server started by the process that owns the engine, from its own environment
     (`scripts/setup_vllm_env.sh`); weights reach it as an HF folder it reloads."""
 
     kind: Literal["vllm"] = "vllm"
-    max_num_seqs: int = _help("vLLM's max_num_seqs (capped at 256); more requests wait in vLLM's queue", 256)
-    dtype: Literal["float32", "bfloat16"] = _help(
+    max_num_seqs: int = help_field("vLLM's max_num_seqs (capped at 256); more requests wait in vLLM's queue", 256)
+    dtype: Literal["float32", "bfloat16"] = help_field(
         "the server's --dtype (weights and compute); bfloat16: the trainer's fp32 weights are written in bf16",
         "float32",
     )
-    python: str = _help("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
-    startup_timeout_s: float = _help("seconds to wait for the server to become healthy", 600.0)
+    python: str = help_field("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
+    startup_timeout_s: float = help_field("seconds to wait for the server to become healthy", 600.0)
 
     def unsupported_family(self, family: str) -> str:
         """Why the vLLM adapter cannot serve a warm-up model of `family`, or "" (`vllm_families`)."""
@@ -84,9 +81,11 @@ class SGLangEngineConfig:
     folders written under `weights_dir`, which the servers must be able to read."""
 
     kind: Literal["sglang"] = "sglang"
-    urls: tuple[str, ...] = _help("base URLs of the servers, one per rollouter (e.g. http://10.0.0.2:30000)", ())
-    weights_dir: str = _help("folder the servers read pushed weights from (empty: the run directory's engine/)", "")
-    pause_mode_keep: Literal["retract", "in_place"] = _help(
+    urls: tuple[str, ...] = help_field("base URLs of the servers, one per rollouter (e.g. http://10.0.0.2:30000)", ())
+    weights_dir: str = help_field(
+        "folder the servers read pushed weights from (empty: the run directory's engine/)", ""
+    )
+    pause_mode_keep: Literal["retract", "in_place"] = help_field(
         "SGLang's pause for a `keep` push: retract (in-flight requests re-prefill under the new weights) or in_place "
         "(they keep their KV cache)",
         "retract",

@@ -7,18 +7,15 @@ library only (`--help` imports it); `build()` opens the teacher engine registere
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from rollout_core.config_fields import help_field
 from rollout_core.engine_registry import TEACHER_ENGINES, open_registered
 from rollout_core.server_engine_config import vllm_checkpoint_refusal, vllm_family_refusal
 
 if TYPE_CHECKING:
     from rollout_core.teacher_scores import TeacherScores
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 Pair = tuple[Sequence[int], Sequence[int]]  # (prompt_ids, response_ids)
@@ -61,7 +58,7 @@ class NativeTeacherEngineConfig:
         """ "": the native engine scores every family."""
         return ""
 
-    batch_tokens: int = _help("padded tokens per teacher prefill", 4096)
+    batch_tokens: int = help_field("padded tokens per teacher prefill", 4096)
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -78,8 +75,8 @@ class VLLMTeacherEngineConfig:
     (`scripts/setup_vllm_env.sh`), asked for `prompt_logprobs` (one prefill per response)."""
 
     kind: Literal["vllm"] = "vllm"
-    python: str = _help("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
-    startup_timeout_s: float = _help("seconds to wait for the server to become healthy", 600.0)
+    python: str = help_field("python of the vLLM environment (empty: .vllm-env/bin/python)", "")
+    startup_timeout_s: float = help_field("seconds to wait for the server to become healthy", 600.0)
 
     def __post_init__(self) -> None:
         if not self.startup_timeout_s > 0:

@@ -42,6 +42,12 @@ class Leaf:
         return self.key.rpartition(".")[0]
 
 
+def help_field(text: str, default: object) -> Any:
+    """A config field with a default and its help text (`--help`, docs/configuration.md): the one way every section
+    documents a field. A mutable default needs `dataclasses.field(default_factory=..., metadata={"help": ...})`."""
+    return field(default=default, metadata={"help": text})
+
+
 def _help_of(spec: FieldSpec) -> str:
     return str(spec.field.metadata.get("help", ""))
 

@@ -4,29 +4,27 @@ of warm-up bases, progress bar and plots (standard library only: `--help` import
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class RunConfig:
-    dir: str = _help("run directory; empty: runs/<app>/<UTC timestamp> (with --resume: the newest one)", "")
-    steps: int = _help("training steps (prompts_per_step x samples_per_prompt responses each)", 60)
-    seed: int = _help("seeds prompt order, sampling and the trainer", 0)
-    checkpoint_every: int = _help("save a checkpoint every k steps (0: only at the end)", 10)
-    keep_checkpoints: int = _help("complete checkpoints kept on disk (oldest deleted first)", 2)
-    torch_threads: int = _help(
+    dir: str = help_field("run directory; empty: runs/<app>/<UTC timestamp> (with --resume: the newest one)", "")
+    steps: int = help_field("training steps (prompts_per_step x samples_per_prompt responses each)", 60)
+    seed: int = help_field("seeds prompt order, sampling and the trainer", 0)
+    checkpoint_every: int = help_field("save a checkpoint every k steps (0: only at the end)", 10)
+    keep_checkpoints: int = help_field("complete checkpoints kept on disk (oldest deleted first)", 2)
+    torch_threads: int = help_field(
         "torch intra-op threads of the trainer (a native engine steps at its own count); 0: every core this process "
         "may use where the trainer runs alone (sync_ppo trains while its engine waits), 1 where rollouts run "
         "alongside it (async_ppo)",
         0,
     )
-    warmup_cache: str = _help("directory of cached warm-up base checkpoints", ".cache/warmup")
-    progress: bool = _help("show the progress bar", True)
-    plots: bool = _help("write PNG plots at the end", True)
+    warmup_cache: str = help_field("directory of cached warm-up base checkpoints", ".cache/warmup")
+    progress: bool = help_field("show the progress bar", True)
+    plots: bool = help_field("write PNG plots at the end", True)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.torch_threads < 0:

@@ -3,11 +3,9 @@ the mismatch sample. Standard library only (`--help` imports it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
@@ -18,15 +16,15 @@ class TrainLoopConfig:
     padded tokens (rows x width); loss denominators are the mini-batch's, so the gradient does not depend on the
     micro-batch split (nor on the number of data-parallel ranks)."""
 
-    ppo_epochs: int = _help("passes over each batch", 1)
-    mini_batches_per_step: int = _help("optimiser steps per pass; the batch is padded to a multiple of it", 1)
-    micro_batch_tokens: int = _help(
+    ppo_epochs: int = help_field("passes over each batch", 1)
+    mini_batches_per_step: int = help_field("optimiser steps per pass; the batch is padded to a multiple of it", 1)
+    micro_batch_tokens: int = help_field(
         "tokens per trainer forward: padded ones (rows x width), or where the backend shares prompts the ones it "
         "computes (a group's prompt once)",
         4096,
     )
-    router_replay: bool = _help("replay the engine's routed experts in every trainer forward (R3)", True)
-    mismatch_sample_seqs: int = _help("sequences per step also scored WITHOUT replay (mismatch metric)", 32)
+    router_replay: bool = help_field("replay the engine's routed experts in every trainer forward (R3)", True)
+    mismatch_sample_seqs: int = help_field("sequences per step also scored WITHOUT replay (mismatch metric)", 32)
 
     def __post_init__(self) -> None:
         for name in ("ppo_epochs", "mini_batches_per_step", "micro_batch_tokens"):

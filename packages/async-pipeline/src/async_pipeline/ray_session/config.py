@@ -3,62 +3,64 @@ Standard library only (`--help` imports it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class RayConfig:
-    address: str = _help("Ray cluster to attach to (empty: start a local Ray, dashboard off)", "")
-    node_ip: str = _help(
+    address: str = help_field("Ray cluster to attach to (empty: start a local Ray, dashboard off)", "")
+    node_ip: str = help_field(
         "IP address of a local Ray's node: 127.0.0.1 keeps every Ray port (GCS, raylet, object manager, workers, "
         "agents) on loopback; another address of this machine is advertised and Ray listens on all interfaces "
         "(an attached cluster keeps its own addresses)",
         "127.0.0.1",
     )
-    temp_dir: str = _help("local Ray's temp dir (empty: /tmp/<app>_ray_<pid>)", "")
-    keep_temp_dir: bool = _help(
+    temp_dir: str = help_field("local Ray's temp dir (empty: /tmp/<app>_ray_<pid>)", "")
+    keep_temp_dir: bool = help_field(
         "keep the local Ray's temp dir (logs, session files) after the run; false: removed when the run ends, after "
         "an error too (an existing dir loses only this run's session_* entry)",
         False,
     )
-    node_startup_timeout_s: int = _help(
+    node_startup_timeout_s: int = help_field(
         "seconds a local Ray's node may take to start, for each of Ray's two waits (GCS port, raylet registration; "
         "Ray's own default is 30 s each); at least 30",
         120,
     )
-    num_rollouters: int = _help("rollouter actors (each owns one engine)", 1)
-    rollouter_cpus: float = _help("CPUs reserved per rollouter", 1.0)
-    trainer_cpus: float = _help("CPUs reserved for the trainer (its torch threads: run.torch_threads)", 1.0)
-    rollouter_threads: int = _help("torch threads of each rollouter's process (its native engine)", 1)
-    helper_niceness: int = _help(
+    num_rollouters: int = help_field("rollouter actors (each owns one engine)", 1)
+    rollouter_cpus: float = help_field("CPUs reserved per rollouter", 1.0)
+    trainer_cpus: float = help_field("CPUs reserved for the trainer (its torch threads: run.torch_threads)", 1.0)
+    rollouter_threads: int = help_field("torch threads of each rollouter's process (its native engine)", 1)
+    helper_niceness: int = help_field(
         "niceness added to rollouter and validator processes: where they share cores with the trainer (the "
         "bottleneck of a small CPU run) the trainer goes first; 0: off",
         5,
     )
-    rollouter_gpus: float = _help("GPUs reserved per rollouter", 0.0)
-    trainer_gpus: float = _help("GPUs reserved for the trainer", 0.0)
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = _help(
+    rollouter_gpus: float = help_field("GPUs reserved per rollouter", 0.0)
+    trainer_gpus: float = help_field("GPUs reserved for the trainer", 0.0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = help_field(
         "how the placement group lays the trainer's and the rollouters' bundles over nodes (Ray's strategies; PACK: "
         "as few nodes as possible)",
         "PACK",
     )
-    trainer_resource: str = _help(
+    trainer_resource: str = help_field(
         "a custom Ray resource the trainer's bundle reserves 1 unit of (a node label such as trainer_node, given to "
         "`ray start --resources`); empty: none",
         "",
     )
-    rollouter_resource: str = _help("a custom Ray resource each rollouter's bundle reserves 1 unit of; empty: none", "")
-    validator_resource: str = _help(
+    rollouter_resource: str = help_field(
+        "a custom Ray resource each rollouter's bundle reserves 1 unit of; empty: none", ""
+    )
+    validator_resource: str = help_field(
         "a custom Ray resource the validator reserves 1 unit of; empty: it runs on the driver's node", ""
     )
-    startup_timeout_s: float = _help("seconds to wait for the resources (placement group) before failing", 60.0)
-    call_timeout_s: float = _help("seconds a weight push or checkpoint call may take before it is an error", 300.0)
-    stall_timeout_s: float = _help("seconds without a complete group before the trainer gives up with an error", 600.0)
+    startup_timeout_s: float = help_field("seconds to wait for the resources (placement group) before failing", 60.0)
+    call_timeout_s: float = help_field("seconds a weight push or checkpoint call may take before it is an error", 300.0)
+    stall_timeout_s: float = help_field(
+        "seconds without a complete group before the trainer gives up with an error", 600.0
+    )
 
     def __post_init__(self) -> None:
         if self.num_rollouters < 1 or self.rollouter_threads < 1:

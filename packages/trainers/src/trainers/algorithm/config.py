@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from run_lifecycle.fields import help_field
+
 from trainers.algorithm.correction import CorrectionConfig
 
 Estimator = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
@@ -21,16 +23,12 @@ KLEstimatorName = Literal[
 OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo")  # one scalar per sequence, from the sequence's (total) reward
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class KLConfig:
     """KL between the policy and the frozen base model (the reference): added to the loss (`loss`, GRPO's
     choice) or subtracted from the token rewards before the advantages (`reward`, PPO's choice)."""
 
-    coef: float = _help("weight of the KL term (0: off; no reference model is kept)", 0.0)
+    coef: float = help_field("weight of the KL term (0: off; no reference model is kept)", 0.0)
     estimator: KLEstimatorName = field(
         default="low_var_kl",
         metadata={
@@ -38,7 +36,9 @@ class KLConfig:
             "unbiased); a '+' suffix keeps the named value with k2's gradient (straight-through)"
         },
     )
-    mode: Literal["loss", "reward"] = _help("loss: coef x KL in the loss; reward: a per-token reward penalty", "loss")
+    mode: Literal["loss", "reward"] = help_field(
+        "loss: coef x KL in the loss; reward: a per-token reward penalty", "loss"
+    )
 
     def __post_init__(self) -> None:
         if self.coef < 0:
@@ -50,8 +50,8 @@ class PolicyGradientConfig:
     """What every policy-gradient variant shares: the estimator, the loss aggregation, KL and correction."""
 
     kind: str = ""
-    clip_low: float = _help("ratio clip below 1", 0.2)
-    clip_high: float = _help("ratio clip above 1 (DAPO's clip-higher when larger than clip_low)", 0.2)
+    clip_low: float = help_field("ratio clip below 1", 0.2)
+    clip_high: float = help_field("ratio clip above 1 (DAPO's clip-higher when larger than clip_low)", 0.2)
     advantage: Estimator = field(
         default="grpo",
         metadata={
@@ -59,10 +59,10 @@ class PolicyGradientConfig:
             "discounted returns), reinforce_pp_baseline (group baseline, whitened), gae (no critic: V = 0)"
         },
     )
-    gamma: float = _help("discount of reinforce_pp and gae", 1.0)
-    lam: float = _help("GAE lambda", 1.0)
+    gamma: float = help_field("discount of reinforce_pp and gae", 1.0)
+    lam: float = help_field("GAE lambda", 1.0)
     agg_mode: AggModeName = field(default="token-mean", metadata={"help": "loss aggregation over tokens and sequences"})
-    loss_scale_factor: float = _help(
+    loss_scale_factor: float = help_field(
         "seq-mean-token-sum-norm's constant divisor (Dr.GRPO); 0: the response budget (max new tokens)", 0.0
     )
     kl: KLConfig = field(default_factory=KLConfig)
@@ -95,8 +95,8 @@ class PPOConfig(PolicyGradientConfig):
     recomputed no-grad forward of the weights before the update."""
 
     kind: Literal["ppo"] = "ppo"
-    dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
-    old_log_probs: Literal["rollout", "recompute"] = _help(
+    dual_clip_c: float = help_field("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
+    old_log_probs: Literal["rollout", "recompute"] = help_field(
         "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
     )
 
@@ -111,9 +111,9 @@ class GSPOConfig(PolicyGradientConfig):
     (`agg_mode` is ignored: always seq-mean-token-mean). Defaults are the GSPO paper's clip range."""
 
     kind: Literal["gspo"] = "gspo"
-    clip_low: float = _help("sequence-ratio clip below 1", 3e-4)
-    clip_high: float = _help("sequence-ratio clip above 1", 4e-4)
-    old_log_probs: Literal["rollout", "recompute"] = _help(
+    clip_low: float = help_field("sequence-ratio clip below 1", 3e-4)
+    clip_high: float = help_field("sequence-ratio clip above 1", 4e-4)
+    old_log_probs: Literal["rollout", "recompute"] = help_field(
         "the old policy: the rollout's log-probs (bypass) or recomputed by the trainer before the update", "rollout"
     )
 
@@ -129,8 +129,8 @@ class DecoupledConfig(PolicyGradientConfig):
     policy), truncated at `is_cap` when set."""
 
     kind: Literal["decoupled"] = "decoupled"
-    dual_clip_c: float = _help("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
-    is_cap: float = _help("truncate the behaviour weight pi_prox / mu at this cap (0: no cap; else >= 1)", 0.0)
+    dual_clip_c: float = help_field("dual-clip cap of the loss of negative advantages, x |A| (<= 1: off)", 3.0)
+    is_cap: float = help_field("truncate the behaviour weight pi_prox / mu at this cap (0: no cap; else >= 1)", 0.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -155,15 +155,15 @@ class OPDConfig(PPOConfig):
     `kl.coef` must be 0."""
 
     kind: Literal["opd"] = "opd"
-    loss: Literal["pg", "k1", "k2", "k3", "topk_fkl"] = _help(
+    loss: Literal["pg", "k1", "k2", "k3", "topk_fkl"] = help_field(
         "pg (advantage log pi_T - log pi_S through PPO's clip), k2 or k3 (supervised reverse-KL estimators), topk_fkl "
         "(forward KL to the teacher's top-k, GKD; needs teacher.top_k > 0); k1 is refused: as a loss its gradient "
         "is the score function alone, which carries no signal from the teacher",
         "pg",
     )
-    reward_coef: float = _help("weight of the task reward's advantage (0: distillation only)", 0.0)
-    distill_coef: float = _help("weight of the k2 / k3 / topk_fkl distillation term (ignored by pg)", 1.0)
-    log_ratio_clamp: float = _help("clamp of the pg advantage log pi_T - log pi_S, in nats", 5.0)
+    reward_coef: float = help_field("weight of the task reward's advantage (0: distillation only)", 0.0)
+    distill_coef: float = help_field("weight of the k2 / k3 / topk_fkl distillation term (ignored by pg)", 1.0)
+    log_ratio_clamp: float = help_field("clamp of the pg advantage log pi_T - log pi_S, in nats", 5.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from run_lifecycle.fields import help_field
+
 IsLevel = Literal["token", "sequence"]
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 def _band(name: str, band: tuple[float, ...]) -> None:
@@ -29,11 +27,13 @@ class CorrectionConfig:
     is_level: IsLevel | None = field(
         default=None, metadata={"help": "importance weights per token or per sequence (none: off)"}
     )
-    is_cap: float = _help("TIS: truncate the weights at this cap (0: no cap)", 0.0)
-    is_band: tuple[float, ...] = _help("IcePop: lo,hi; weights outside [lo, hi] become 0 (empty: off)", ())
-    reject_token: tuple[float, ...] = _help("lo,hi: tokens whose ratio leaves [lo, hi] leave the loss", ())
-    reject_seq_sum: tuple[float, ...] = _help("lo,hi on exp(sum of log-ratios): whole sequences leave the loss", ())
-    reject_seq_mean: tuple[float, ...] = _help("lo,hi on exp(mean log-ratio): whole sequences leave the loss", ())
+    is_cap: float = help_field("TIS: truncate the weights at this cap (0: no cap)", 0.0)
+    is_band: tuple[float, ...] = help_field("IcePop: lo,hi; weights outside [lo, hi] become 0 (empty: off)", ())
+    reject_token: tuple[float, ...] = help_field("lo,hi: tokens whose ratio leaves [lo, hi] leave the loss", ())
+    reject_seq_sum: tuple[float, ...] = help_field(
+        "lo,hi on exp(sum of log-ratios): whole sequences leave the loss", ()
+    )
+    reject_seq_mean: tuple[float, ...] = help_field("lo,hi on exp(mean log-ratio): whole sequences leave the loss", ())
 
     def __post_init__(self) -> None:
         for name in ("is_band", "reject_token", "reject_seq_sum", "reject_seq_mean"):

@@ -6,9 +6,11 @@ imports it); `build()` and `build_rank()` import torch. Where each kind runs its
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+
+from run_lifecycle.fields import help_field
 
 from trainers.backend.families import family_refusal
 from trainers.backend.megatron.support import FAMILIES as MEGATRON_FAMILIES
@@ -21,10 +23,6 @@ if TYPE_CHECKING:
 
     from trainers.backend.data_parallel import DataParallel
     from trainers.backend.protocol import TrainingBackend
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 @dataclass
@@ -43,19 +41,19 @@ class TorchBackendConfig:
         whatever our loader loads."""
         return ""
 
-    device: Literal["auto", "cpu", "cuda"] = _help("where the policy trains (auto: cuda when available)", "auto")
-    compute_dtype: Literal["float32", "bfloat16"] = _help(
+    device: Literal["auto", "cpu", "cuda"] = help_field("where the policy trains (auto: cuda when available)", "auto")
+    compute_dtype: Literal["float32", "bfloat16"] = help_field(
         "dtype of the forward and backward (bfloat16: torch autocast; the weights and AdamW stay fp32, log-probs are "
         "taken in fp32)",
         "float32",
     )
-    experts_kernel: Literal["auto", "grouped", "padded", "looped"] = _help(
+    experts_kernel: Literal["auto", "grouped", "padded", "looped"] = help_field(
         "the routed experts' path under autograd: grouped (grouped matmuls over expert-sorted tokens, with their "
         "backward; CPU, float32), padded (batched matmuls over a zero-padded buffer) or looped (a matmul pair per "
         "expert, any device); auto: grouped on the CPU, looped elsewhere. They agree to float rounding",
         "auto",
     )
-    share_prompts: bool = _help(
+    share_prompts: bool = help_field(
         "compute a prompt once per micro-batch for the samples that share it (same tokens and replayed routing: a "
         "GRPO group's), the others reading its keys and values; exact up to float rounding",
         True,
@@ -105,13 +103,13 @@ class VeOmniBackendConfig:
     family is refused: `VEOMNI_UNSERVED`."""
 
     kind: Literal["veomni"] = "veomni"
-    ranks: int = _help(RANKS_HELP, 2)
+    ranks: int = help_field(RANKS_HELP, 2)
     families: ClassVar[tuple[str, ...]] = VEOMNI_FAMILIES  # the families VeOmni's models and our mapping cover
-    device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
-    compute_dtype: Literal["float32", "bfloat16"] = _help(
+    device: Literal["cpu", "cuda"] = help_field("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
+    compute_dtype: Literal["float32", "bfloat16"] = help_field(
         "dtype of the forward and backward (bfloat16: torch autocast; weights and AdamW stay fp32)", "float32"
     )
-    torch_threads: int = _help("torch intra-op threads per rank", 1)
+    torch_threads: int = help_field("torch intra-op threads per rank", 1)
 
     def __post_init__(self) -> None:
         _positive_ints(self, "ranks", "torch_threads")
@@ -165,13 +163,13 @@ class MegatronBackendConfig:
     `.megatron-env`); the default install does not have it."""
 
     kind: Literal["megatron"] = "megatron"
-    ranks: int = _help(RANKS_HELP, 2)
+    ranks: int = help_field(RANKS_HELP, 2)
     families: ClassVar[tuple[str, ...]] = MEGATRON_FAMILIES  # the families our GPTModel builds and mappings cover
-    expert_parallel: int = _help(
+    expert_parallel: int = help_field(
         "ranks the experts are split over (must divide ranks and the expert count; 1: every rank holds all)", 2
     )
-    device: Literal["cpu", "cuda"] = _help("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
-    torch_threads: int = _help("torch intra-op threads per rank", 1)
+    device: Literal["cpu", "cuda"] = help_field("cpu: gloo; cuda: nccl, one GPU per rank", "cpu")
+    torch_threads: int = help_field("torch intra-op threads per rank", 1)
 
     def __post_init__(self) -> None:
         _positive_ints(self, "ranks", "expert_parallel", "torch_threads")

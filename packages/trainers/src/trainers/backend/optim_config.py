@@ -4,12 +4,10 @@ library only (`--help` imports it); every backend builds its own optimiser from 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
@@ -17,21 +15,21 @@ class OptimConfig:
     """AdamW with a global grad-norm clip and an optional linear learning-rate ramp; every backend builds its own
     optimiser from this (and sets `lr_at(n)` before its optimiser step n)."""
 
-    lr: float = _help("AdamW learning rate (after the ramp)", 1e-4)
-    lr_warmup_steps: int = _help(
+    lr: float = help_field("AdamW learning rate (after the ramp)", 1e-4)
+    lr_warmup_steps: int = help_field(
         "optimiser steps of a linear ramp to lr (step n, from 0, uses lr * (n + 1) / lr_warmup_steps); 0: no ramp", 0
     )
-    schedule: Literal["constant", "cosine"] = _help(
+    schedule: Literal["constant", "cosine"] = help_field(
         "after the ramp: constant, or a cosine decay to min_lr_ratio x lr at the run's last optimiser step "
         "(run.steps x train.mini_batches_per_step x train.ppo_epochs)",
         "constant",
     )
-    min_lr_ratio: float = _help("cosine: the learning rate at the last step, as a fraction of lr", 0.0)
-    beta1: float = _help("AdamW beta1", 0.9)
-    beta2: float = _help("AdamW beta2", 0.999)
-    weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
-    grad_clip: float = _help("max global grad norm (L2) per optimiser step", 1.0)
-    kernel: Literal["auto", "foreach", "fused"] = _help(
+    min_lr_ratio: float = help_field("cosine: the learning rate at the last step, as a fraction of lr", 0.0)
+    beta1: float = help_field("AdamW beta1", 0.9)
+    beta2: float = help_field("AdamW beta2", 0.999)
+    weight_decay: float = help_field("AdamW decoupled weight decay", 0.0)
+    grad_clip: float = help_field("max global grad norm (L2) per optimiser step", 1.0)
+    kernel: Literal["auto", "foreach", "fused"] = help_field(
         "AdamW's kernel: fused (one kernel a tensor: ~10x faster on a 315M-parameter model on a CPU) or foreach "
         "(the two round differently); auto: fused from 10M parameters on (unless they are sharded), foreach below",
         "auto",

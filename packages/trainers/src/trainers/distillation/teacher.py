@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from rl_tasks.model_config import ModelConfig
 from rl_tasks.model_presets import model_preset_names
 from rollout_core.teacher_engine import NativeTeacherEngineConfig, TeacherEngineConfig, TeacherSite
+from run_lifecycle.fields import help_field
 
 from trainers.warmup import WarmupConfig, WarmupResult, ensure_base_checkpoint
 
@@ -37,28 +38,28 @@ if TYPE_CHECKING:
     from rl_tasks.task import Task
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class TeacherConfig:
     """Read only with `algorithm.kind opd`."""
 
-    checkpoint: str = _help(
+    checkpoint: str = help_field(
         "teacher model directory (HF layout, with the student's tokenizer); empty: the cached default teacher, a "
         "model_preset model warmed up warmup_steps steps on the run's task (built on first use)",
         "",
     )
-    model_preset: str = _help("the default teacher's MoEConfig preset", "tiny")
-    warmup_steps: int = _help("the default teacher's supervised warm-up steps", 1000)
-    temperature: float = _help("temperature of the teacher's log-probs; must equal rollout.temperature", 1.0)
-    top_k: int = _help("teacher top-k ids and log-probs kept per token, for metrics (0: the sampled token only)", 0)
-    torch_threads: int = _help("torch threads of a teacher replica's process (async_ppo)", 1)
-    replicas: int = _help("teacher replicas, Ray actors in a placement group of their own (async_ppo)", 1)
-    cpus: float = _help("CPUs reserved per teacher replica (async_ppo)", 1.0)
-    max_restarts: int = _help("restarts of a replica whose process died; its pending calls run again (async_ppo)", 3)
-    sources: tuple[str, ...] = _help(
+    model_preset: str = help_field("the default teacher's MoEConfig preset", "tiny")
+    warmup_steps: int = help_field("the default teacher's supervised warm-up steps", 1000)
+    temperature: float = help_field("temperature of the teacher's log-probs; must equal rollout.temperature", 1.0)
+    top_k: int = help_field(
+        "teacher top-k ids and log-probs kept per token, for metrics (0: the sampled token only)", 0
+    )
+    torch_threads: int = help_field("torch threads of a teacher replica's process (async_ppo)", 1)
+    replicas: int = help_field("teacher replicas, Ray actors in a placement group of their own (async_ppo)", 1)
+    cpus: float = help_field("CPUs reserved per teacher replica (async_ppo)", 1.0)
+    max_restarts: int = help_field(
+        "restarts of a replica whose process died; its pending calls run again (async_ppo)", 3
+    )
+    sources: tuple[str, ...] = help_field(
         "named teachers, SOURCE=DIR each: a sample of data source SOURCE is scored by the teacher in DIR (an HF model "
         "directory with the student's tokenizer); samples of other sources by the default teacher",
         (),

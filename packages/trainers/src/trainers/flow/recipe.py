@@ -13,6 +13,7 @@ from flow_models.reward_config import ClassifierRewardConfig, RewardConfig
 from flow_models.sampler_config import SamplerConfig
 from flow_models.velocity_config import VelocityConfig
 from flow_models.warmup_config import FlowWarmupConfig
+from run_lifecycle.fields import help_field
 from run_lifecycle.run_section import RunConfig
 
 from trainers.backend.config import OptimConfig
@@ -20,18 +21,14 @@ from trainers.flow.config import FlowGRPOConfig, FlowTrainConfig
 from trainers.flow.validation_config import FlowValidationConfig
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class FlowRunConfig(RunConfig):
-    steps: int = _help("training steps (prompts_per_step x samples_per_prompt images each)", 150)
-    checkpoint_every: int = _help(
+    steps: int = help_field("training steps (prompts_per_step x samples_per_prompt images each)", 150)
+    checkpoint_every: int = help_field(
         "save a checkpoint every k steps (0: only at the end); each costs several training steps' time", 50
     )
-    warmup_cache: str = _help("directory of the cached base model and reward classifier", ".cache/flow")
-    torch_threads: int = _help("torch intra-op threads of the trainer", 1)
+    warmup_cache: str = help_field("directory of the cached base model and reward classifier", ".cache/flow")
+    torch_threads: int = help_field("torch intra-op threads of the trainer", 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -41,8 +38,8 @@ class FlowRunConfig(RunConfig):
 
 @dataclass
 class FlowRolloutConfig:
-    prompts_per_step: int = _help("prompts (a requested class each, drawn uniformly) per step", 16)
-    samples_per_prompt: int = _help("images sampled per prompt (one group)", 8)
+    prompts_per_step: int = help_field("prompts (a requested class each, drawn uniformly) per step", 16)
+    samples_per_prompt: int = help_field("images sampled per prompt (one group)", 8)
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
@@ -54,8 +51,8 @@ class FlowRolloutConfig:
 
 @dataclass
 class FlowPipelineConfig:
-    ray: bool = _help("sample on a Ray rollouter actor (false: in this process, same results)", True)
-    max_staleness: int = _help(
+    ray: bool = help_field("sample on a Ray rollouter actor (false: in this process, same results)", True)
+    max_staleness: int = help_field(
         "steps a batch may lag the trainer: step s trains images sampled by weights >= s - 1 - k (0: synchronous; "
         "k >= 1 overlaps sampling with training)",
         0,

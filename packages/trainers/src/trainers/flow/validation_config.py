@@ -3,20 +3,18 @@ show. Standard library only (`--help` imports it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class FlowValidationConfig:
-    every_steps: int = _help("validate every k steps (and before the first and after the last step)", 25)
-    samples_per_class: int = _help("validation images per class (fixed seeds)", 20)
-    num_steps: int = _help("denoising steps of the deterministic (ODE) validation sampler", 20)
-    seed: int = _help("seed of the validation noise (the same images every validation)", 1234)
-    grid_per_class: int = _help("images per class in plots/samples_<step>.png (the first seeds)", 8)
+    every_steps: int = help_field("validate every k steps (and before the first and after the last step)", 25)
+    samples_per_class: int = help_field("validation images per class (fixed seeds)", 20)
+    num_steps: int = help_field("denoising steps of the deterministic (ODE) validation sampler", 20)
+    seed: int = help_field("seed of the validation noise (the same images every validation)", 1234)
+    grid_per_class: int = help_field("images per class in plots/samples_<step>.png (the first seeds)", 8)
 
     def __post_init__(self) -> None:
         if self.every_steps < 1 or self.samples_per_class < 1 or self.num_steps < 1 or self.grid_per_class < 0:

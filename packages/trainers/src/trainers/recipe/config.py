@@ -21,6 +21,7 @@ from rl_tasks.model_config import ModelConfig
 from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.toy_task import ToyTaskConfig
 from rollout_core.native_engine_config import EngineConfig
+from run_lifecycle.fields import help_field
 from run_lifecycle.run_section import RunConfig
 
 from trainers.algorithm.config import AlgorithmConfig, OPDConfig, PPOConfig
@@ -33,22 +34,22 @@ from trainers.train_config import TrainLoopConfig
 from trainers.warmup import WarmupConfig
 
 
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = _help("distinct training prompts per step (complete groups)", 32)
-    samples_per_prompt: int = _help("responses sampled per prompt (one group)", 8)
-    temperature: float = _help("sampling temperature of training rollouts (the trainer's log-probs use it too)", 1.0)
-    max_new_tokens: int = _help(
+    prompts_per_step: int = help_field("distinct training prompts per step (complete groups)", 32)
+    samples_per_prompt: int = help_field("responses sampled per prompt (one group)", 8)
+    temperature: float = help_field(
+        "sampling temperature of training rollouts (the trainer's log-probs use it too)", 1.0
+    )
+    max_new_tokens: int = help_field(
         "response budget per turn; 0: the task's default, its longest answer + 1 (EOS), or for dataset tasks "
         "task.response_tokens (room to reason) when larger",
         0,
     )
-    max_resumes: int = _help("aborted engine calls a response may resume from before it is `truncated`", 16)
-    reward_timeout_s: float = _help("seconds one reward call may take; then the sample is a counted reward_error", 5.0)
+    max_resumes: int = help_field("aborted engine calls a response may resume from before it is `truncated`", 16)
+    reward_timeout_s: float = help_field(
+        "seconds one reward call may take; then the sample is a counted reward_error", 5.0
+    )
     engine: RolloutEngineConfig = field(default_factory=lambda: EngineConfig(slots=256, kernel_threads=0))
 
     def __post_init__(self) -> None:
@@ -68,7 +69,7 @@ class RolloutConfig:
 
 @dataclass
 class NumericsConfig:
-    true_on_policy: bool = _help(
+    true_on_policy: bool = help_field(
         "the engine samples and the trainer recomputes with batch-invariant ops (moe_models.invariant_ops): the "
         "trainer's log-probs and routing equal the rollout's bit for bit (fp32, native engine, torch backend)",
         False,
@@ -80,8 +81,8 @@ class SortTaskConfig(ToyTaskConfig):
     """The toy task with the apps' defaults (digit sorting only)."""
 
     kind: Literal["toy"] = "toy"
-    addition_weight: float = _help("share of addition prompts (0: off)", 0.0)
-    sort_weight: float = _help("share of digit-sorting prompts (0: off)", 1.0)
+    addition_weight: float = help_field("share of addition prompts (0: off)", 0.0)
+    sort_weight: float = help_field("share of digit-sorting prompts (0: off)", 1.0)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class AppWarmupConfig(WarmupConfig):
     """The warm-up with the apps' default length: on digit sorting a base that leaves RL room (its greedy accuracy:
     docs/numerics.md); the calculator task's base depends much more on the seed."""
 
-    steps: int = _help("supervised optimiser steps (0: the random model)", 100)
+    steps: int = help_field("supervised optimiser steps (0: the random model)", 100)
 
 
 TaskConfig = SortTaskConfig | ScratchpadTaskConfig | DatasetTaskConfig | CalculatorTaskConfig

@@ -7,19 +7,19 @@ to the run directory; `uv run python -m moe_models.precision_report <run dir>` p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class DebugConfig:
-    precision_steps: tuple[int, ...] = _help("steps at which the precision probe runs (empty: off)", ())
-    precision_samples: int = _help("responses of the step the probe compares (the first ones, in request order)", 2)
-    precision_layers: tuple[int, ...] = _help("decoder layers the probe records (empty: every layer)", ())
-    precision_tolerance: float = _help(
+    precision_steps: tuple[int, ...] = help_field("steps at which the precision probe runs (empty: off)", ())
+    precision_samples: int = help_field(
+        "responses of the step the probe compares (the first ones, in request order)", 2
+    )
+    precision_layers: tuple[int, ...] = help_field("decoder layers the probe records (empty: every layer)", ())
+    precision_tolerance: float = help_field(
         "relative difference (max |engine - trainer| / max |trainer|) above which an op counts as diverged, and any "
         "routing flip; the report's default",
         1e-2,

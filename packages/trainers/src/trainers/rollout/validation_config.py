@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
+from run_lifecycle.fields import help_field
 
 
 @dataclass
 class ValidationConfig:
-    every_steps: int = _help("validate every k steps (and before the first and after the last step)", 10)
-    greedy: bool = _help("greedy decoding of every validation prompt (val-core/<source>/acc/mean@1)", True)
-    samples_per_prompt: int = _help("also sample n >= 2 responses per prompt (mean@n, pass@k, ...); 0: off", 0)
-    temperature: float = _help("temperature of the sampled validation responses", 1.0)
-    max_prompts: int = _help("validation prompts used (the first of the split); 0: all", 0)
+    every_steps: int = help_field("validate every k steps (and before the first and after the last step)", 10)
+    greedy: bool = help_field("greedy decoding of every validation prompt (val-core/<source>/acc/mean@1)", True)
+    samples_per_prompt: int = help_field("also sample n >= 2 responses per prompt (mean@n, pass@k, ...); 0: off", 0)
+    temperature: float = help_field("temperature of the sampled validation responses", 1.0)
+    max_prompts: int = help_field("validation prompts used (the first of the split); 0: all", 0)
 
     def __post_init__(self) -> None:
         if self.every_steps < 1 or self.max_prompts < 0 or not self.temperature > 0:
