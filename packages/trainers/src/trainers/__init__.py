@@ -1,6 +1,7 @@
-"""Algorithms for RL post-training: advantages, losses, KL, off-policy correction, validation metrics, batch
+"""The trainers: sync PPO/GRPO (`SyncPPO`, run by `trainers.sync_ppo.trainer.train`), on-policy distillation (the
+same trainer with `algorithm.kind opd`; the teacher side `TeacherSet`, `TeacherStream`) and FlowGRPO (`FlowGRPO`
+over a `FlowRun`); and what they share: advantages, losses, KL, off-policy correction, validation metrics, batch
 collation and inert padding, and `train_step`, the one update loop of every algorithm on every training backend.
-Pure functions over right-padded `[B, T]` tensors with a loss mask.
 
 Exports are lazy (`trainers.lazy`): importing the package, or one of its torch-free config modules, never imports
 torch."""
@@ -8,6 +9,13 @@ torch."""
 from trainers.lazy import lazy_exports
 
 _EXPORTS = {
+    "SyncPPO": "trainers.sync_ppo.trainer",
+    "SyncConfig": "trainers.sync_ppo.config",
+    "FlowGRPO": "trainers.flow.trainer",
+    "FlowRun": "trainers.flow.run",
+    "TeacherSet": "trainers.distillation.teacher_set",
+    "TeacherStream": "trainers.distillation.stream",
+    "build_algorithm": "trainers.algorithm.build",
     "Advantages": "trainers.estimators",
     "AggMode": "trainers.aggregation",
     "aggregate": "trainers.aggregation",
@@ -54,7 +62,6 @@ _EXPORTS = {
     "reinforce_pp_returns": "trainers.advantages",
     "required_multiple": "trainers.padding",
     "rloo_advantages": "trainers.advantages",
-    "rollout_correction": "trainers.rollout_correction",
     "select_final": "trainers.validation_metrics",
     "StaleBound": "trainers.stale_tokens",
     "StepResult": "trainers.step",
@@ -64,7 +71,6 @@ _EXPORTS = {
     "TrainLoopConfig": "trainers.train_config",
     "TrainSample": "trainers.sample",
     "val_ks": "trainers.validation_metrics",
-    "validation_metrics": "trainers.validation_metrics",
     "ValSample": "trainers.validation_metrics",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

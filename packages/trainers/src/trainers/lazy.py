@@ -17,9 +17,8 @@ def lazy_exports(package: str, names: Mapping[str, str]) -> tuple[Callable[[str]
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         loaded = importlib.import_module(module)
-        # importing `package.x` binds the submodule as the package's attribute `x`, which would hide an exported
-        # function of the same name (`validation_metrics`): bind every export of that module now, as an eager
-        # `from package.x import ...` in `__init__` would
+        # bind every export of that module now, as an eager `from package.x import ...` in `__init__` would (no
+        # export is named after its own module: importing `package.x` would rebind that name to the module)
         owner = sys.modules[package]
         for other, where in names.items():
             if where == module:

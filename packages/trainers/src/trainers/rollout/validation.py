@@ -13,13 +13,14 @@ from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardFn
 from rollout_core import Engine, SamplingParams
 
-from trainers import ValSample, validation_metrics
+from trainers import ValSample
 from trainers.dumps import DumpRecord
 from trainers.rollout.dumps import dump_record
 from trainers.rollout.prompts import sample_seed
 from trainers.rollout.rollout import REWARD_TIMEOUT_S, ToolEnv, generate_all, score_all
 from trainers.rollout.samples import GenRequest, SampleStatus, ScoredSample
 from trainers.rollout.validation_config import ValidationConfig
+from trainers.validation_metrics import validation_metrics
 
 GREEDY = "greedy"
 
