@@ -255,19 +255,14 @@ def _lr_at(step: int, cfg: WarmupConfig) -> float:
 
 def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Rows of a batch grouped so that each group's padded size (rows x longest row) is at most `budget`: the
-    whole batch in input order when it fits, else rows by decreasing length (ties by index), a row longer than
-    `budget` alone. Long-tailed demonstrations then pad little instead of all to the longest."""
+    whole batch in input order when it fits, else the training step's split (`split_by_token_budget`: rows by
+    decreasing length, ties by index, a row longer than `budget` alone). Long-tailed demonstrations then pad little
+    instead of all to the longest."""
     if len(lengths) * max(lengths) <= budget:
         return [list(range(len(lengths)))]
-    groups: list[list[int]] = [[]]
-    width = 0
-    for r in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        width = max(width, lengths[r])
-        if groups[-1] and width * (len(groups[-1]) + 1) > budget:
-            groups.append([])
-            width = lengths[r]
-        groups[-1].append(r)
-    return groups
+    from trainers.backend.micro_batches import split_by_token_budget
+
+    return split_by_token_budget(lengths, range(len(lengths)), budget)
 
 
 def accumulate_gradients(
