@@ -24,6 +24,7 @@ from rl_tasks.scratchpad_task import ScratchpadTaskConfig
 from rl_tasks.sort_trace import SortTraceSource
 from rl_tasks.sorting import SortSource
 from rl_tasks.task import Piece, answer_demonstration
+from rl_tasks.task_tokenizer import task_renderer
 from rl_tasks.toy_task import ToyTaskConfig, build_splits, toy_reward_fn
 from trainers.warmup import (
     METADATA_FILE,
@@ -34,7 +35,6 @@ from trainers.warmup import (
     encode_training_batch,
     ensure_base_checkpoint,
     micro_batches,
-    task_renderer,
     train_warmup,
     warmup_key,
 )

@@ -16,7 +16,7 @@ from rl_tasks.exact_match import ExactMatchReward
 from rl_tasks.example import TaskExample
 from rl_tasks.renderer import Renderer
 from rl_tasks.reward import RewardResult
-from trainers.warmup import task_renderer
+from rl_tasks.task_tokenizer import task_renderer
 
 TOK = build_char_tokenizer("0123456789")
 PLAIN = Renderer(TOK, "plain")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from rl_tasks.example import CHAT_ROLES
 from rl_tasks.model_presets import full_vocab_presets
 from rl_tasks.renderer import Renderer
-from rl_tasks.task import Task
+from rl_tasks.task import Task, TaskBuilder
 
 if TYPE_CHECKING:
     from moe_models import ChatTokenizer
@@ -82,3 +82,20 @@ def tokenizer_digest(tokenizer: SavableTokenizer) -> str:
         for path in sorted(Path(tmp).iterdir()):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def task_renderer(task: Task | TaskBuilder, preset: str = "tiny") -> Renderer:
+    """The task's tokenizer for a model preset (`rl_tasks.task_tokenizer`) under the task's prompt format."""
+    built = as_task(task)
+    return Renderer(build_task_tokenizer(built, preset), built.prompt_format)  # type: ignore[arg-type]
+
+
+def as_task(task: Task | TaskBuilder) -> Task:
+    """`task` itself, or the Task its config builds (the apps still pass a `ToyTaskConfig`)."""
+    if isinstance(task, Task):
+        return task
+    build = getattr(task, "build", None)
+    built = build() if callable(build) else None
+    if not isinstance(built, Task):
+        raise ValueError(f"expected a Task or a task config whose build() gives one, got {type(task).__name__}")
+    return built

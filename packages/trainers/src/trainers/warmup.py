@@ -34,7 +34,7 @@ from rl_tasks.model_config import ModelConfig
 from rl_tasks.model_presets import full_vocab_presets
 from rl_tasks.renderer import Renderer
 from rl_tasks.task import Piece, Task, TaskBuilder
-from rl_tasks.task_tokenizer import build_task_tokenizer, tokenizer_digest
+from rl_tasks.task_tokenizer import as_task, build_task_tokenizer, tokenizer_digest
 from rollout_core.engine_registry import GREEDY_EVALUATORS, registered
 
 if TYPE_CHECKING:
@@ -151,23 +151,6 @@ class WarmupResult:
         d = dataclasses.asdict(self)
         del d["checkpoint_dir"], d["cached"]
         return d
-
-
-def as_task(task: Task | TaskBuilder) -> Task:
-    """`task` itself, or the Task its config builds (the apps still pass a `ToyTaskConfig`)."""
-    if isinstance(task, Task):
-        return task
-    build = getattr(task, "build", None)
-    built = build() if callable(build) else None
-    if not isinstance(built, Task):
-        raise ValueError(f"expected a Task or a task config whose build() gives one, got {type(task).__name__}")
-    return built
-
-
-def task_renderer(task: Task | TaskBuilder, preset: str = "tiny") -> Renderer:
-    """The task's tokenizer for a model preset (`rl_tasks.task_tokenizer`) under the task's prompt format."""
-    built = as_task(task)
-    return Renderer(build_task_tokenizer(built, preset), built.prompt_format)  # type: ignore[arg-type]
 
 
 def turn_budget(task: Task) -> int:

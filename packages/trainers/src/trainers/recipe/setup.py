@@ -21,6 +21,7 @@ from rl_tasks.example import TaskExample
 from rl_tasks.model_config import ModelConfig
 from rl_tasks.renderer import Renderer
 from rl_tasks.task import Task
+from rl_tasks.task_tokenizer import task_renderer
 from run_lifecycle import MetricsLog, RunDir, RunLock
 from run_lifecycle.claim import claim_run_dir
 
@@ -32,7 +33,6 @@ from trainers.warmup import (
     build_base_model_config,
     default_response_budget,
     ensure_base_checkpoint,
-    task_renderer,
 )
 
 GROUP_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
