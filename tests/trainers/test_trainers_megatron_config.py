@@ -57,7 +57,7 @@ def test_a_checkpoint_the_megatron_build_refuses_is_refused_before_any_rank_star
         str(tmp_path), PPOConfig(), TrainLoopConfig(), OptimConfig(), max_new_tokens=8, temperature=1.0, seed=0,
         total_steps=1,
     )  # fmt: skip
-    from trainers.backend import rank_group
+    from trainers import rank_group
 
     def no_spawn(method: str) -> None:
         raise AssertionError(f"a rank process was started ({method})")
