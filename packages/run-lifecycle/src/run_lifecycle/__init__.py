@@ -16,7 +16,7 @@ command line's `--help` is instant.
 
 from __future__ import annotations
 
-import importlib
+from run_lifecycle.lazy import lazy_exports
 
 _EXPORTS = {
     "Checkpoint": "run_lifecycle.checkpoint",
@@ -56,15 +56,5 @@ _EXPORTS = {
     "to_toml": "run_lifecycle.writer",
     "write_plots": "run_lifecycle.summary",
 }
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'run_lifecycle' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__

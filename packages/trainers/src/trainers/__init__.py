@@ -3,10 +3,10 @@ same trainer with `algorithm.kind opd`; the teacher side `TeacherSet`, `TeacherS
 over a `FlowRun`); and what they share: advantages, losses, KL, off-policy correction, validation metrics, batch
 collation and inert padding, and `train_step`, the one update loop of every algorithm on every training backend.
 
-Exports are lazy (`trainers.lazy`): importing the package, or one of its torch-free config modules, never imports
+Exports are lazy (`run_lifecycle.lazy`): importing the package, or one of its torch-free config modules, never imports
 torch."""
 
-from trainers.lazy import lazy_exports
+from run_lifecycle.lazy import lazy_exports
 
 _EXPORTS = {
     "SyncPPO": "trainers.sync_ppo.trainer",

@@ -1,7 +1,7 @@
 """Training algorithms behind the `Algorithm` seam (PPO, GSPO, decoupled PPO, on-policy distillation) and their
 configs. Exports are lazy: `trainers.algorithm.config` stays importable without torch."""
 
-from trainers.lazy import lazy_exports
+from run_lifecycle.lazy import lazy_exports
 
 _EXPORTS = {
     "Algorithm": "trainers.algorithm.protocol",

@@ -1,7 +1,7 @@
 """Training backends behind the compute-only `TrainingBackend` seam: plain torch in one process or FSDP2
 (`TorchBackend`). Exports are lazy: `trainers.backend.config` stays importable without torch."""
 
-from trainers.lazy import lazy_exports
+from run_lifecycle.lazy import lazy_exports
 
 _EXPORTS = {
     "BackendConfig": "trainers.backend.config",

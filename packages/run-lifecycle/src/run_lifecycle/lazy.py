@@ -1,6 +1,6 @@
-"""Lazy package exports: `from trainers import X` imports X's module on first use, so that the torch-free config
-modules (`trainers.algorithm.config`, `trainers.backend.config`, `trainers.train_config`) can be imported by a
-command line's `--help` without importing torch through their packages' `__init__`."""
+"""Lazy package exports: `from package import X` imports X's module on first use, so that a package's light modules
+(its config sections, which a command line's `--help` imports) never pull in torch, numpy or plotting through the
+package's `__init__` (`run_lifecycle`, `trainers`, `trainers.backend`, `trainers.algorithm`)."""
 
 from __future__ import annotations
 
